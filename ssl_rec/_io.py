@@ -1,0 +1,85 @@
+"""Atomic writes: a file or directory appears complete at its final path, or not at all.
+
+Everything is written to a temporary sibling first and renamed into place, so an interrupted
+run never leaves a partial cache, checkpoint or export that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def _tmp_sibling(path: Path, kind: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    maker = tempfile.mkdtemp if kind == "dir" else tempfile.mkstemp
+    made = maker(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if isinstance(made, tuple):
+        os.close(made[0])
+        made = made[1]
+    return Path(made)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``."""
+    path = Path(path)
+    tmp = _tmp_sibling(path, "file")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory that is renamed to ``path`` when the block succeeds.
+
+    If the block raises, the temporary directory is removed and ``path`` is untouched.
+
+    Args:
+        path: final directory path.
+        overwrite: replace an existing directory at ``path``; otherwise raise
+            ``FileExistsError``.
+
+    Example:
+        >>> with atomic_directory("/tmp/export") as tmp:  # doctest: +SKIP
+        ...     (tmp / "manifest.json").write_text("{}")
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+    tmp = _tmp_sibling(path, "dir")
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

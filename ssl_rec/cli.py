@@ -1,0 +1,101 @@
+"""The ``ssl-rec`` command: LightningCLI (fit/validate/test/predict) plus export/evaluation.
+
+Examples:
+    ssl-rec fit --config configs/ctr/synthetic.yaml
+    ssl-rec test --config configs/ctr/synthetic.yaml --ckpt_path best
+    ssl-rec export --ckpt CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+
+from ssl_rec.lightning.callbacks import MetricsJSON
+
+# name -> "module:function" taking argv; imported lazily so `fit` stays light.
+EXTRA_COMMANDS = {
+    "export": "ssl_rec.evaluation.commands:export_main",
+    "evaluate-embeddings": "ssl_rec.evaluation.commands:evaluate_main",
+}
+
+
+def configure_environment() -> None:
+    """Offline-first defaults: W&B offline without an API key, no dataset/model hub access."""
+    if not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def wandb_offline() -> bool:
+    """Whether W&B should run offline (the default unless an API key is configured)."""
+    return os.environ.get("WANDB_MODE", "offline") in ("offline", "disabled")
+
+
+def _schema_dict(schema: Any) -> dict:
+    return schema.to_dict() if hasattr(schema, "to_dict") else dict(schema)
+
+
+class SSLRecCLI(LightningCLI):
+    """LightningCLI wired for ssl-rec: schema linking, W&B by default, metrics.json."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Link the data's feature schema into the model and add the metrics writer."""
+        parser.link_arguments(
+            "data.schema", "model.init_args.schema", compute_fn=_schema_dict, apply_on="instantiate"
+        )
+        parser.add_lightning_class_args(MetricsJSON, "metrics_json")
+
+    def before_instantiate_classes(self) -> None:
+        """Put W&B's files under the run's ``default_root_dir`` unless told otherwise."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        logger = config.trainer.get("logger")
+        init_args = getattr(logger, "init_args", None)
+        if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
+            if init_args.get("save_dir") in (None, "."):
+                init_args.save_dir = config.trainer.default_root_dir or "."
+            os.makedirs(init_args.save_dir, exist_ok=True)
+
+
+def trainer_defaults() -> dict[str, Any]:
+    """Trainer defaults: W&B logger (offline by default), checkpoints on ``val/auc``."""
+    return {
+        "logger": {
+            "class_path": "pytorch_lightning.loggers.WandbLogger",
+            "init_args": {"project": "ssl-rec", "offline": wandb_offline()},
+        },
+    }
+
+
+def _extra_command(name: str) -> Callable[[Sequence[str]], Any]:
+    module, func = EXTRA_COMMANDS[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def main(args: Sequence[str] | None = None) -> Any:
+    """Entry point of the ``ssl-rec`` console script."""
+    configure_environment()
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv and argv[0] in EXTRA_COMMANDS:
+        return _extra_command(argv[0])(argv[1:])
+    return SSLRecCLI(
+        pl.LightningModule,
+        pl.LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        trainer_defaults=trainer_defaults(),
+        save_config_kwargs={"overwrite": True},
+        args=argv if args is not None else None,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""The LightningDataModule base shared by the synthetic, Criteo and tabular data modules.
+
+A subclass only says how to build (or find) its cache entry; this class opens the
+memory-mapped splits and hands out :class:`BatchLoader` s. ``schema`` is available right
+after ``__init__``: its first access builds or finds the cached entry, so LightningCLI can
+link ``data.schema`` to the model at instantiation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytorch_lightning as pl
+import torch
+
+from ssl_rec.datamodules.loader import BatchLoader
+from ssl_rec.datamodules.schema import FeatureSchema
+from ssl_rec.datamodules.storage import LABEL, default_cache_dir, open_split
+from ssl_rec.types import Batch
+
+_SUBSET_STREAM = 7
+
+
+class ArrowDataModule(pl.LightningDataModule):
+    """Loaders over a cache entry of preprocessed splits.
+
+    Args:
+        batch_size: rows per batch ``B``.
+        label_fraction: train on this seeded fraction of the labeled training rows
+            (nested: a smaller fraction is a subset of a larger one).
+        use_labels: ``False`` yields ``label=None`` batches of all training rows (pretraining).
+        seed: seed of the shuffle and of the labeled subset.
+        cache_dir: cache root; default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``.
+        drop_last: drop the last incomplete training batch.
+
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 4096,
+        label_fraction: float = 1.0,
+        use_labels: bool = True,
+        seed: int = 0,
+        cache_dir: str | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0.0 < label_fraction <= 1.0:
+            raise ValueError(f"label_fraction must be in (0, 1], got {label_fraction}")
+        self.batch_size, self.label_fraction = batch_size, label_fraction
+        self.use_labels, self.seed, self.drop_last = use_labels, seed, drop_last
+        self.cache_dir = Path(os.path.expanduser(cache_dir)) if cache_dir else default_cache_dir()
+        self._entry: tuple[Path, FeatureSchema] | None = None
+        self._splits: dict[str, datasets.Dataset] = {}
+
+    def _build(self) -> tuple[Path, FeatureSchema]:
+        """Build or find the cache entry: ``(directory, schema)``."""
+        raise NotImplementedError
+
+    @property
+    def schema(self) -> FeatureSchema:
+        """The data's :class:`FeatureSchema` (first access preprocesses or generates)."""
+        if self._entry is None:
+            self._entry = self._build()
+        return self._entry[1]
+
+    @property
+    def data_dir(self) -> Path:
+        """The cache entry holding ``<split>.arrow``, ``schema.json`` and ``vocab/``."""
+        self.schema  # noqa: B018 - builds the entry
+        return self._entry[0]
+
+    def prepare_data(self) -> None:
+        """Build the cache entry (once per node; later calls find it)."""
+        self.schema  # noqa: B018
+
+    def split_table(self, split: str) -> pa.Table:
+        """Return the memory-mapped Arrow table of ``split``."""
+        if split not in self._splits:
+            self._splits[split] = open_split(self.data_dir, split)
+        return self._splits[split].data.table
+
+    def split_labeled(self, split: str) -> bool:
+        """Whether ``split`` has labels."""
+        return LABEL in self.split_table(split).column_names
+
+    def _shard(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0, 1
+        return int(trainer.global_rank), int(trainer.world_size)
+
+    def _loader(self, split: str, train: bool) -> BatchLoader:
+        table, row_ids = self.split_table(split), None
+        with_labels = self.split_labeled(split) and (self.use_labels or not train)
+        if train and self.use_labels:
+            if not self.split_labeled(split):
+                raise ValueError(f"use_labels=True but split {split!r} has no labels")
+            if self.label_fraction < 1.0:
+                n = table.num_rows
+                k = max(1, round(self.label_fraction * n))
+                perm = np.random.default_rng([self.seed, _SUBSET_STREAM]).permutation(n)
+                row_ids = np.sort(perm[:k])
+                table = table.take(pa.array(row_ids))
+        rank, world = self._shard()
+        return BatchLoader(
+            table, self.batch_size, shuffle=train, seed=self.seed,
+            drop_last=self.drop_last and train, with_labels=with_labels, row_ids=row_ids,
+            rank=rank, world_size=world,
+        )  # fmt: skip
+
+    def train_dataloader(self) -> BatchLoader:
+        """Return shuffled training batches (labeled subset, or all rows unlabeled)."""
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> BatchLoader:
+        """Return validation batches in file order."""
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> BatchLoader:
+        """Return test batches in file order."""
+        return self._loader("test", train=False)
+
+    def predict_dataloader(self) -> BatchLoader:
+        """Return test batches in file order."""
+        return self._loader("test", train=False)
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        """Move a :class:`Batch` with ``Batch.to`` (Lightning cannot rebuild frozen dataclasses)."""
+        if isinstance(batch, Batch):
+            return batch.to(device)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def oracle_metrics(self, split: str) -> dict[str, float] | None:
+        """``{"auc", "logloss", ...}`` of the true click probabilities, or ``None``."""
+        return None

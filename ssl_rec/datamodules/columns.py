@@ -1,0 +1,125 @@
+"""Validation and transforms of label and dense columns, with file + line in every error.
+
+Dense values become ``log(1 + max(x, 0))`` (missing -> 0); labels must be 0 or 1. A bad
+row either raises ``ValueError`` naming the file and line, or (``on_bad_row="skip"``) is
+marked so the caller can drop and count it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ON_BAD_ROW = ("raise", "skip")
+_NUMBER = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf|infinity)\s*$"
+
+
+def check_on_bad_row(value: str) -> str:
+    """Return ``value`` if it is a valid ``on_bad_row`` policy, else raise ``ValueError``."""
+    if value not in ON_BAD_ROW:
+        raise ValueError(f"on_bad_row must be one of {ON_BAD_ROW}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a table's rows came from, to name them in errors.
+
+    Args:
+        path: source file.
+        first_line: line (or row) number of the table's row 0: 1 without a header, 2 with.
+        unit: ``"line"`` for text files, ``"row"`` for Parquet.
+
+    """
+
+    path: str
+    first_line: int = 1
+    unit: str = "line"
+
+    def where(self, row: int) -> str:
+        """``"<path>, line <n>"`` for 0-based ``row``."""
+        return f"{self.path}, {self.unit} {self.first_line + int(row)}"
+
+
+def _as_chunked(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
+    return column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column])
+
+
+def to_float(
+    column: pa.ChunkedArray, name: str, origin: Origin, skip: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parse a column as float64; non-numeric text raises or is marked bad.
+
+    Returns:
+        ``(values float64[N] with nulls as 0, is_null bool[N], bad bool[N])``.
+
+    """
+    column = _as_chunked(column)
+    bad = np.zeros(len(column), bool)
+    try:
+        floats = pc.cast(column, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        text = pc.cast(column, pa.string())
+        invalid = pc.invert(pc.match_substring_regex(text, _NUMBER, ignore_case=True))
+        bad = pc.fill_null(invalid, False).to_numpy(zero_copy_only=False)
+        if not skip:
+            row = int(np.argmax(bad))
+            raise ValueError(
+                f"{origin.where(row)}: column {name!r} must be numeric, got {text[row].as_py()!r}"
+            ) from None
+        floats = pc.cast(pc.if_else(pa.chunked_array([bad]), None, text), pa.float64())
+    is_null = pc.is_null(floats).to_numpy(zero_copy_only=False)
+    values = pc.fill_null(floats, 0.0).to_numpy(zero_copy_only=False)
+    return values, is_null, bad
+
+
+def parse_dense(
+    columns: list[pa.ChunkedArray], names: list[str], origin: Origin, skip: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate and transform dense columns.
+
+    Args:
+        columns: ``n_dense`` columns of length ``N`` (numbers or numeric text; null = missing).
+        names: their names, for errors.
+        origin: where row 0 came from.
+        skip: mark bad rows instead of raising.
+
+    Returns:
+        ``(dense float32[N, n_dense] = log1p(max(x, 0)) with missing -> 0, bad bool[N])``.
+
+    """
+    n = len(columns[0]) if columns else 0
+    out = np.zeros((n, len(columns)), np.float32)
+    bad = np.zeros(n, bool)
+    for j, (column, name) in enumerate(zip(columns, names, strict=True)):
+        values, _, col_bad = to_float(column, name, origin, skip)
+        nonfinite = ~np.isfinite(values)
+        if nonfinite.any() and not skip:
+            row = int(np.argmax(nonfinite))
+            raise ValueError(
+                f"{origin.where(row)}: column {name!r} must be finite, got {values[row]}"
+            )
+        bad |= col_bad | nonfinite
+        out[:, j] = np.log1p(np.maximum(np.where(nonfinite, 0.0, values), 0.0))
+    return out, bad
+
+
+def parse_label(
+    column: pa.ChunkedArray, name: str, origin: Origin, skip: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a binary label column.
+
+    Returns:
+        ``(label float32[N] in {0, 1}, bad bool[N])``; missing or other values are bad.
+
+    """
+    values, is_null, bad = to_float(column, name, origin, skip)
+    invalid = bad | is_null | ((values != 0.0) & (values != 1.0))
+    if invalid.any() and not skip:
+        row = int(np.argmax(invalid))
+        raw = None if is_null[row] else _as_chunked(column)[row].as_py()
+        raise ValueError(f"{origin.where(row)}: label {name!r} must be 0 or 1, got {raw!r}")
+    return values.astype(np.float32), invalid

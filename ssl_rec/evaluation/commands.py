@@ -1,0 +1,169 @@
+"""``ssl-rec export`` and ``ssl-rec evaluate-embeddings``: typed flags via jsonargparse.
+
+Data for split representations and evaluation comes from ``--data`` (a LightningDataModule:
+``--data data.yaml``, ``--data '{"class_path": ..., "init_args": ...}'`` or
+``--data.class_path ... --data.init_args.KEY VALUE``), else from the data module
+hyperparameters saved in the checkpoint by ``ssl-rec fit``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pytorch_lightning as pl
+from jsonargparse import CLI
+
+from ssl_rec._io import atomic_write_json
+from ssl_rec.evaluation.evaluate import EvalConfig, evaluate_embeddings
+from ssl_rec.evaluation.export import IndexConfig, export_embeddings
+from ssl_rec.evaluation.representations import compute_representations
+
+DM_HPARAMS = "datamodule_hyper_parameters"
+
+
+def datamodule_from(ckpt: str, data: pl.LightningDataModule | None) -> pl.LightningDataModule:
+    """``data`` if given, else the data module rebuilt from the checkpoint's hyperparameters."""
+    if data is not None:
+        return data
+    from pytorch_lightning.cli import instantiate_module
+
+    from ssl_rec.lightning.checkpoint import read_checkpoint
+
+    hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
+    if "_class_path" not in hparams:
+        raise ValueError(
+            f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
+            "--data.class_path ssl_rec.datamodules.SyntheticCTRDataModule)"
+        )
+    return instantiate_module(pl.LightningDataModule, dict(hparams))
+
+
+def split_loader(datamodule: pl.LightningDataModule, split: str) -> Any:
+    """The data module's loader of ``split`` (``train``, ``val`` or ``test``)."""
+    loaders = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
+    if split not in loaders:
+        raise ValueError(f"split must be one of {sorted(loaders)}, got {split!r}")
+    datamodule.prepare_data()
+    datamodule.setup("fit" if split != "test" else "test")
+    return getattr(datamodule, loaders[split])()
+
+
+def export(
+    ckpt: str,
+    out: str,
+    fields: list[str] | None = None,
+    split: str | None = None,
+    data: pl.LightningDataModule | None = None,
+    index: str = "auto",
+    metric: Literal["ip", "l2"] = "ip",
+    precision: Literal["fp32", "fp16", "int8"] = "fp32",
+    train_size: int | None = 100_000,
+    normalize: bool = False,
+    max_rows: int | None = None,
+    overwrite: bool = False,
+) -> str:
+    """Export entity embeddings (and optionally a split's representations) with FAISS indexes.
+
+    Args:
+        ckpt: checkpoint written by ``ssl-rec fit`` (CTR or pretraining).
+        out: export directory (written atomically).
+        fields: categorical fields to export, e.g. ``'[C1,C2]'``; default all, ``'[]'`` none.
+        split: also export pooled representations of this split (``train``/``val``/``test``).
+        data: data module for ``split`` (default: the one recorded in the checkpoint).
+        index: FAISS factory string (``Flat``, ``HNSW32``, ``IVF1024,PQ16``...) or ``auto``.
+        metric: ``ip`` (inner product) or ``l2``.
+        precision: stored vectors and index codes: ``fp32``, ``fp16`` (SQfp16) or ``int8`` (SQ8).
+        train_size: vectors sampled to train the index.
+        normalize: L2-normalise vectors (cosine with ``ip``).
+        max_rows: at most this many rows of ``split``.
+        overwrite: replace an existing ``out``.
+
+    """
+    from ssl_rec.lightning.checkpoint import load_module
+
+    module = load_module(ckpt)
+    config = IndexConfig(index, metric, precision, train_size, normalize)
+    reps = None
+    if split is not None:
+        loader = split_loader(datamodule_from(ckpt, data), split)
+        reps = {split: compute_representations(module, loader, max_rows, progress=True)}
+    path = export_embeddings(module, None, out, fields, config=config, representations=reps,
+                             checkpoint=ckpt, overwrite=overwrite)
+    print(f"exported to {path}")
+    return str(path)
+
+
+def evaluate(
+    ckpt: str,
+    data: pl.LightningDataModule | None = None,
+    json_out: str | None = None,
+    train_rows: int = 20_000,
+    test_rows: int = 5_000,
+    knn_k: int = 50,
+    ks: list[int] | None = None,
+    index: str = "auto",
+    item_field: str | None = None,
+) -> dict[str, Any]:
+    """Probe and measure a checkpoint's representations; print a table, write JSON.
+
+    Args:
+        ckpt: checkpoint written by ``ssl-rec fit``.
+        data: labeled data module (default: the one recorded in the checkpoint).
+        json_out: write the results here as JSON (atomically).
+        train_rows: training rows for the probes.
+        test_rows: test rows probed and used as retrieval queries.
+        knn_k: neighbours of the kNN probe.
+        ks: retrieval cut-offs (default ``[10, 50]``).
+        index: approximate index for retrieval (FAISS factory string or ``auto``).
+        item_field: retrieved field (default: the largest-cardinality field).
+
+    """
+    from ssl_rec.lightning.checkpoint import load_module
+
+    module = load_module(ckpt)
+    config = EvalConfig(train_rows, test_rows, knn_k, tuple(ks or (10, 50)), index, item_field)
+    datamodule = datamodule_from(ckpt, data)
+    results = evaluate_embeddings(
+        module, split_loader(datamodule, "train"), split_loader(datamodule, "test"), config
+    )
+    print(format_table(results))
+    if json_out:
+        atomic_write_json(Path(json_out), _json_safe(results))
+    return results
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """Two-column text table of a nested results dict (``section.key  value``)."""
+    rows = [(k, f"{v:.4f}" if isinstance(v, float) else str(v)) for k, v in _flatten(results)]
+    width = max((len(k) for k, _ in rows), default=0)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.extend(_flatten(v, f"{key}.") if isinstance(v, dict) else [(key, v)])
+    return out
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return json.loads(json.dumps(obj, default=float))
+
+
+def export_main(argv: Sequence[str]) -> str:
+    """Entry of ``ssl-rec export``; ``--help`` lists the flags."""
+    return CLI(export, args=list(argv), as_positional=False)
+
+
+def evaluate_main(argv: Sequence[str]) -> dict[str, Any]:
+    """Entry of ``ssl-rec evaluate-embeddings``; ``--help`` lists the flags."""
+    return CLI(evaluate, args=list(argv), as_positional=False)

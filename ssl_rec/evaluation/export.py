@@ -1,0 +1,192 @@
+"""Export entity embeddings and split representations with FAISS indexes, atomically.
+
+Layout of an export directory (every name is listed in ``manifest.json``)::
+
+    manifest.json                 format version, schema, metric, precision, sets
+    <set>.vectors.npy             float32|float16|uint8[n, d]
+    <set>.quantizer.npy           float32[2 d] (int8 only)
+    <set>.keys.npy                raw values (str[n], entity sets) or row ids (int64[n])
+    <set>.labels.npy              float32[n] (representation sets with labels)
+    <set>.faiss                   the FAISS index; FAISS id i = row i of the .npy files
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ssl_rec._io import atomic_directory, atomic_write_json
+from ssl_rec.datamodules.schema import FeatureSchema
+from ssl_rec.datamodules.vocabulary import load_vocabulary
+from ssl_rec.evaluation.faiss_index import (
+    build_index,
+    check_metric,
+    check_precision,
+    default_search_params,
+    resolve_factory,
+)
+from ssl_rec.evaluation.manifest import MANIFEST_FILENAME, Manifest, VectorSet, file_sha256
+from ssl_rec.evaluation.representations import RepresentationSet, backbone_of
+from ssl_rec.evaluation.vector_store import encode_vectors
+
+ROW_CHUNK = 65_536
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """How exported vectors are stored and indexed.
+
+    Args:
+        index: FAISS factory string (``"Flat"``, ``"IVF1024,PQ16"``, ``"HNSW32"``, ...) or
+            ``"auto"`` (exact below 20k vectors, else ``IVF{nlist},PQ{d/2}x4fs,RFlat``).
+        metric: ``ip`` (inner product, higher is closer) or ``l2`` (squared distance).
+        precision: ``fp32``, ``fp16`` or ``int8`` for the ``.npy`` vectors and the index's
+            full-vector codes (``SQfp16``/``SQ8``).
+        train_size: vectors sampled to train the index (``None``: all).
+        normalize: L2-normalise vectors first (cosine similarity with ``ip``).
+        seed: seed of the training sample.
+
+    """
+
+    index: str = "auto"
+    metric: str = "ip"
+    precision: str = "fp32"
+    train_size: int | None = 100_000
+    normalize: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_metric(self.metric)
+        check_precision(self.precision)
+        if self.train_size is not None and self.train_size <= 0:
+            raise ValueError(f"IndexConfig.train_size must be positive or None, got {self.train_size}")
+        resolve_factory(self.index, 1, 2, self.precision)
+
+
+def entity_vectors(
+    model: nn.Module, field: str, cardinality: int, progress: bool = False
+) -> np.ndarray:
+    """Dequantized vector of every id ``0..cardinality-1`` of ``field``: ``float32[card, D]``."""
+    embedding = backbone_of(model).embedding
+    chunks = []
+    starts = range(0, cardinality, ROW_CHUNK)
+    with torch.no_grad():
+        for start in tqdm(starts, desc=f"rows {field}", disable=not progress, unit="chunk"):
+            ids = torch.arange(start, min(start + ROW_CHUNK, cardinality), dtype=torch.int64)
+            chunks.append(embedding.rows(field, ids).float().cpu().numpy())
+    return np.concatenate(chunks)
+
+
+def entity_values(schema: FeatureSchema, field: str) -> np.ndarray:
+    """Raw value of each id of ``field`` (``str[card]``): the vocabulary, else the id itself."""
+    if schema.metadata.get("vocab_dir"):
+        return np.asarray(load_vocabulary(schema, field), dtype=str)
+    return np.arange(schema.field(field).cardinality).astype(str)
+
+
+def export_embeddings(
+    model: nn.Module,
+    schema: FeatureSchema | None,
+    out: str | os.PathLike[str],
+    fields: Sequence[str] | None = None,
+    *,
+    config: IndexConfig | None = None,
+    representations: Mapping[str, RepresentationSet] | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Write entity embeddings (and optionally split representations) with FAISS indexes.
+
+    The directory is built in a temporary sibling and renamed into place at the end, so an
+    interrupted export leaves nothing at ``out`` that :class:`EmbeddingIndex` would load.
+
+    Args:
+        model: a Backbone, or a CTRModule / PretrainModule (anything with ``.backbone``).
+        schema: the feature schema; ``None`` takes ``model.schema``.
+        out: export directory.
+        fields: categorical fields to export; ``None`` exports every field, ``[]`` none.
+        config: index and storage options (:class:`IndexConfig`).
+        representations: split name -> :class:`RepresentationSet` to export as
+            ``split_<name>`` sets (see :func:`compute_representations`).
+        checkpoint: source checkpoint, hashed into the manifest.
+        overwrite: replace an existing ``out``.
+        progress: show tqdm bars.
+
+    Returns:
+        The export directory path.
+
+    Example:
+        >>> export_embeddings(module, None, "runs/export", ["C1"])  # doctest: +SKIP
+
+    """
+    config = config or IndexConfig()
+    schema = schema if schema is not None else backbone_of(model).schema
+    fields = schema.field_names if fields is None else list(fields)
+    for name in fields:
+        schema.field(name)
+    if not fields and not representations:
+        raise ValueError("export_embeddings: nothing to export (no fields and no representations)")
+    source = None
+    if checkpoint is not None:
+        source = {"path": os.path.basename(checkpoint), "sha256": file_sha256(checkpoint)}
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        sets: dict[str, VectorSet] = {}
+        for name in fields:
+            vectors = entity_vectors(model, name, schema.field(name).cardinality, progress)
+            sets[name] = _write_set(
+                tmp, VectorSet(name, "entity", 0, 0, {}, {}, field=name),
+                vectors, entity_values(schema, name), None, config, progress,
+            )
+        for split, reps in (representations or {}).items():
+            name = f"split_{split}"
+            sets[name] = _write_set(
+                tmp, VectorSet(name, "representation", 0, 0, {}, {}, split=split),
+                reps.vectors, reps.row_ids.astype(np.int64), reps.labels, config, progress,
+            )
+        manifest = Manifest(schema.to_dict(), config.metric, config.precision,
+                            config.normalize, sets, source)
+        atomic_write_json(tmp / MANIFEST_FILENAME, manifest.to_dict())
+    return Path(out)
+
+
+def _write_set(
+    tmp: Path,
+    stub: VectorSet,
+    vectors: np.ndarray,
+    keys: np.ndarray,
+    labels: np.ndarray | None,
+    config: IndexConfig,
+    progress: bool,
+) -> VectorSet:
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if config.normalize:
+        faiss.normalize_L2(vectors)
+    n, dim = vectors.shape
+    codes, quantizer = encode_vectors(vectors, config.precision)
+    files = {"vectors": f"{stub.name}.vectors.npy", "keys": f"{stub.name}.keys.npy",
+             "index": f"{stub.name}.faiss"}
+    np.save(tmp / files["vectors"], codes)
+    np.save(tmp / files["keys"], keys, allow_pickle=False)
+    if quantizer is not None:
+        files["quantizer"] = f"{stub.name}.quantizer.npy"
+        np.save(tmp / files["quantizer"], quantizer)
+    if labels is not None:
+        files["labels"] = f"{stub.name}.labels.npy"
+        np.save(tmp / files["labels"], np.asarray(labels, np.float32))
+    factory = resolve_factory(config.index, n, dim, config.precision)
+    if progress:
+        tqdm.write(f"indexing {stub.name}: {n} x {dim} with {factory!r}")
+    index = build_index(vectors, factory, config.metric, config.train_size, config.seed)
+    faiss.write_index(index, str(tmp / files["index"]))
+    info = {"requested": config.index, "factory": factory, "train_size": config.train_size,
+            "search_params": default_search_params(index)}
+    return VectorSet(stub.name, stub.kind, n, dim, files, info, stub.field, stub.split)

@@ -1,0 +1,67 @@
+"""Agreement of learned entity neighbours with the synthetic generator's true neighbours.
+
+On synthetic data each id of a field has a true latent vector; a good embedding puts the
+same ids near each other. The score is recall@k of the true ``k`` nearest ids (cosine on
+latents) among the learned ``k`` nearest ids (cosine on embeddings), both searched among
+the same candidate ids (the frequent ones: rare ids get few updates and add noise).
+"""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+
+from ssl_rec.evaluation.metrics import ann_recall_at_k
+
+
+def _cosine_neighbors(vectors: np.ndarray, k: int) -> np.ndarray:
+    x = np.array(vectors, dtype=np.float32, order="C")
+    faiss.normalize_L2(x)
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    _, nn = index.search(x, k + 1)
+    # Drop each query itself (normally column 0; ties may move it).
+    out = np.empty((len(x), k), np.int64)
+    for i, row in enumerate(nn):
+        out[i] = row[row != i][:k]
+    return out
+
+
+def latent_neighbor_recall(
+    learned: np.ndarray, latents: np.ndarray, ids: np.ndarray, k: int = 10
+) -> float:
+    """Recall@k of true latent neighbours among learned-embedding neighbours.
+
+    Args:
+        learned: ``float32[card, D]`` learned vector of every id of a field.
+        latents: ``float32[card, L]`` true latent vector of every id.
+        ids: ``int[m]`` candidate ids (``m > k``), e.g. the most frequent ones.
+        k: neighbours per id.
+
+    Returns:
+        Mean over the ``m`` ids of ``|learned top-k ∩ true top-k| / k`` (1 = perfect,
+        about ``k / m`` for random embeddings).
+
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(learned) != len(latents):
+        raise ValueError(f"learned has {len(learned)} rows but latents {len(latents)}")
+    if len(ids) <= k:
+        raise ValueError(f"need more than k={k} candidate ids, got {len(ids)}")
+    return ann_recall_at_k(_cosine_neighbors(learned[ids], k), _cosine_neighbors(latents[ids], k), k)
+
+
+def frequent_ids(sparse: np.ndarray, field_index: int, top: int = 1000, min_count: int = 5) -> np.ndarray:
+    """The ``top`` most frequent non-missing ids of a field seen at least ``min_count`` times.
+
+    Args:
+        sparse: ``int[N, F]`` ids of ``N`` training rows.
+        field_index: column of the field.
+        top: at most this many ids.
+        min_count: minimum count.
+
+    """
+    counts = np.bincount(np.asarray(sparse)[:, field_index])
+    counts[0] = 0
+    order = np.argsort(-counts, kind="stable")[:top]
+    return np.sort(order[counts[order] >= min_count])

@@ -1,0 +1,26 @@
+"""Low-precision cached embeddings: formats, stochastic rounding, row cache, fused kernels.
+
+Tables are stored row-wise quantized (FBGEMM fused rows) or in fp16/bf16, the hot rows are
+trained in an FP32 cache, and the optimizer step is fused into the embedding backward.
+"""
+
+from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
+from ssl_rec.hardware.embedding import MixedPrecisionEmbedding
+from ssl_rec.hardware.inference import quantized_bag_lookup
+from ssl_rec.hardware.memory import estimate_memory
+from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows, row_bytes
+from ssl_rec.hardware.spec import OPTIMIZERS, POLICIES, PRECISIONS, TableSpec
+
+__all__ = [
+    "OPTIMIZERS",
+    "POLICIES",
+    "PRECISIONS",
+    "MixedPrecisionEmbedding",
+    "MixedPrecisionEmbeddingCollection",
+    "TableSpec",
+    "dequantize_rows",
+    "estimate_memory",
+    "quantize_rows",
+    "quantized_bag_lookup",
+    "row_bytes",
+]

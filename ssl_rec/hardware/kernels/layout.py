@@ -1,0 +1,56 @@
+"""Per-table metadata shared by the reference and compiled kernels.
+
+Every kernel receives the tables as parallel lists (store, cache rows, cache tags, ...) and
+one ``int64[T, 8]`` metadata matrix whose columns are named here, so both implementations
+read the same layout.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+META_KIND = 0
+META_POLICY = 1
+META_OPTIMIZER = 2
+META_STOCHASTIC = 3
+META_STREAM = 4
+META_ROW_OFFSET = 5
+META_ROWS = 6
+META_DIM = 7
+META_COLUMNS = 8
+
+KIND_NAMES: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int4", "int2")
+POLICY_CODES: dict[str, int] = {"lru": 0, "lfu": 1}
+OPTIMIZER_CODES: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 1}
+CACHE_WAYS = 8
+EMPTY_TAG = -1
+LFU_MAX = 255
+
+__all__ = ["CACHE_WAYS", "KIND_NAMES", "TableTensors"]
+
+
+class TableTensors(NamedTuple):
+    """The tensors of a batch of tables, as passed to every kernel.
+
+    Attributes:
+        stores: T tensors, uint8[R, row_bytes] fused rows or float[R, D].
+        cache_rows: T float32[C, D] cache rows (C = 0 without cache).
+        cache_tags: T int16[S, W] row quotients ``row // S`` (-1 = empty slot).
+        cache_state: T uint8 tensors: [S, 1] pseudo-LRU tree bits or [S, W] LFU counters.
+        stats: T int64[4]: hits, misses, evictions, store writes.
+        momentum: T float32[R] row-wise Adagrad state (or [0] for SGD).
+        meta: int64[T, 8], columns ``META_*``.
+        hparams: float32[T, 2]: learning rate, eps.
+
+    """
+
+    stores: list[torch.Tensor]
+    cache_rows: list[torch.Tensor]
+    cache_tags: list[torch.Tensor]
+    cache_state: list[torch.Tensor]
+    stats: list[torch.Tensor]
+    momentum: list[torch.Tensor]
+    meta: torch.Tensor
+    hparams: torch.Tensor

@@ -1,0 +1,123 @@
+"""``EmbeddingTable``: the buffers of one low-precision table (store, cache, optimizer state).
+
+Tables are buffers, not Parameters, so no dense optimizer ever sees them; the fused
+backward kernels update them in place. A table knows its global ``row_offset`` and ``stream``
+(used by the stochastic-rounding RNG), so a sharding planner can split a logical table into
+row ranges that draw the same random numbers as the unsplit table.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ssl_rec.hardware.cache import RowCache
+from ssl_rec.hardware.kernels.layout import KIND_NAMES, OPTIMIZER_CODES, POLICY_CODES
+from ssl_rec.hardware.memory import table_memory
+from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows, row_bytes, store_shape
+from ssl_rec.hardware.spec import TableSpec
+
+INIT_CHUNK_ROWS = 1 << 16
+
+__all__ = ["EmbeddingTable"]
+
+
+def _open_store(shape: tuple[int, int], dtype: torch.dtype, path: str | None) -> torch.Tensor:
+    if path is None:
+        return torch.empty(shape, dtype=dtype)
+    numel = shape[0] * shape[1]
+    # shared=True maps the file MAP_SHARED: pages are read on demand and written back by the
+    # OS, so only the cache and the touched pages need RAM.
+    return torch.from_file(path, shared=True, size=numel, dtype=dtype).view(shape)
+
+
+class EmbeddingTable(nn.Module):
+    """One table: low-precision store, optional FP32 cache, row-wise optimizer state.
+
+    Args:
+        num_rows: Rows R (local to this shard).
+        dim: Embedding dimension D.
+        spec: Storage, cache and optimizer choice.
+        stream: RNG stream id (the global table index).
+        store_path: Memory-map the store to this file (created or overwritten) instead of RAM.
+        row_offset: Global index of local row 0 (row-wise sharding).
+
+    Attributes:
+        store: uint8[R, row_bytes] fused rows or float[R, D].
+        momentum: float32[R] row-wise Adagrad state, float32[0] for SGD.
+        cache: The :class:`RowCache`.
+
+    Example:
+        >>> t = EmbeddingTable(100, 8, TableSpec("int4"), stream=0)
+        >>> t.init_normal(std=0.05, seed=0)
+        >>> t.store.shape
+        torch.Size([100, 8])
+
+    """
+
+    def __init__(
+        self,
+        num_rows: int,
+        dim: int,
+        spec: TableSpec,
+        stream: int,
+        store_path: str | None = None,
+        row_offset: int = 0,
+    ) -> None:
+        super().__init__()
+        if num_rows <= 0 or dim <= 0:
+            raise ValueError(f"num_rows={num_rows} and dim={dim} must be > 0")
+        if spec.precision in ("int4", "int2") and dim % (8 // int(spec.precision[3])) != 0:
+            raise ValueError(f"dim={dim} must be a multiple of {8 // int(spec.precision[3])} "
+                             f"for precision={spec.precision!r}")
+        self.num_rows, self.dim, self.spec = num_rows, dim, spec
+        self.stream, self.row_offset = stream, row_offset
+        shape, dtype = store_shape(spec.precision, num_rows, dim)
+        self.register_buffer("store", _open_store(shape, dtype, store_path))
+        mom_rows = num_rows if spec.optimizer == "rowwise_adagrad" else 0
+        self.register_buffer("momentum", torch.zeros(mom_rows))
+        self.cache = RowCache(num_rows, dim, spec)
+
+    @torch.no_grad()
+    def init_normal(self, std: float, seed: int) -> None:
+        """Fill the store with N(0, std^2) rows, rounded to nearest, chunk by chunk."""
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + self.stream)
+        for start in range(0, self.num_rows, INIT_CHUNK_ROWS):
+            n = min(INIT_CHUNK_ROWS, self.num_rows - start)
+            rows = torch.randn(n, self.dim, generator=gen) * std
+            self.store[start : start + n] = quantize_rows(rows, self.spec.precision)
+
+    @torch.no_grad()
+    def load_float(self, weight: torch.Tensor) -> None:
+        """Quantize float32[R, D] weights (to nearest) into the store; empties the cache."""
+        if tuple(weight.shape) != (self.num_rows, self.dim):
+            raise ValueError(f"weight shape {tuple(weight.shape)} != ({self.num_rows}, {self.dim})")
+        for start in range(0, self.num_rows, INIT_CHUNK_ROWS):
+            chunk = weight[start : start + INIT_CHUNK_ROWS].float()
+            self.store[start : start + len(chunk)] = quantize_rows(chunk, self.spec.precision)
+        self.cache.tags.fill_(-1)
+
+    def meta_row(self) -> list[int]:
+        """This table's row of the kernels' ``int64[T, 8]`` metadata (``layout.META_*``)."""
+        return [
+            KIND_NAMES.index(self.spec.precision),
+            POLICY_CODES[self.spec.cache_policy],
+            OPTIMIZER_CODES[self.spec.optimizer],
+            int(self.spec.stochastic_rounding),
+            self.stream,
+            self.row_offset,
+            self.num_rows,
+            self.dim,
+        ]
+
+    def store_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """float32[n, D] values of ``rows`` in the store (ignoring the cache)."""
+        return dequantize_rows(self.store[rows], self.spec.precision, self.dim)
+
+    def memory(self) -> dict[str, int]:
+        """Byte report of this table (see ``memory.table_memory``)."""
+        return table_memory(self.num_rows, self.dim, self.spec)
+
+    def cache_stats(self) -> dict[str, float]:
+        """Cache statistics of this table (see ``RowCache.cache_stats``)."""
+        return self.cache.cache_stats(row_bytes(self.spec.precision, self.dim))

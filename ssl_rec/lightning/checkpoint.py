@@ -1,0 +1,83 @@
+"""Reading ssl-rec checkpoints: backbone weights for fine-tuning and whole modules."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+BACKBONE_PREFIX = "backbone."
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> dict:
+    """Load a Lightning checkpoint on CPU, with a clear error when it is missing or broken."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types for a corrupt file
+        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
+
+
+def load_backbone_weights(backbone: nn.Module, path: str | os.PathLike[str]) -> None:
+    """Copy the ``backbone.*`` entries of checkpoint ``path`` into ``backbone``.
+
+    Raises ``ValueError`` naming the missing / unexpected / mis-shaped keys when the
+    checkpoint's backbone does not match this one (different schema, dims or precision).
+    """
+    state = read_checkpoint(path).get("state_dict", {})
+    weights = {k[len(BACKBONE_PREFIX) :]: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX)}
+    if not weights:
+        raise ValueError(f"{path}: checkpoint has no '{BACKBONE_PREFIX}*' weights")
+    own = backbone.state_dict()
+    shape_errors = [
+        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in weights.items()
+        if k in own and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(own))
+    if shape_errors or missing or unexpected:
+        raise ValueError(
+            f"{path}: backbone does not match this model "
+            f"(missing={missing[:5]}, unexpected={unexpected[:5]}, shapes={shape_errors[:5]}); "
+            "use the same schema, embedding_dim, encoder and table precision as the checkpoint"
+        )
+    backbone.load_state_dict(weights)
+
+
+def schema_of(checkpoint: Mapping[str, Any]) -> dict:
+    """The feature schema dict stored in a checkpoint by CTRModule or PretrainModule."""
+    if "feature_schema" in checkpoint:
+        return dict(checkpoint["feature_schema"])
+    hparams = checkpoint.get("hyper_parameters", {})
+    if "schema" in hparams:
+        return dict(hparams["schema"])
+    raise ValueError("checkpoint holds no feature schema (not written by ssl-rec?)")
+
+
+def load_module(path: str | os.PathLike[str]) -> pl.LightningModule:
+    """Rebuild the LightningModule saved in checkpoint ``path`` (CLI-made checkpoints).
+
+    The module class is read from the checkpoint's hyperparameters (``_class_path``), so a
+    pretraining or a CTR checkpoint both load; weights and embedding stores are restored.
+    """
+    checkpoint = read_checkpoint(path)
+    class_path = checkpoint.get("hyper_parameters", {}).get("_class_path")
+    if not class_path:
+        raise ValueError(
+            f"{path}: checkpoint has no '_class_path' hyperparameter; it was not written by "
+            "`ssl-rec fit` (load it with YourModule.load_from_checkpoint instead)"
+        )
+    module_name, _, class_name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, pl.LightningModule)):
+        raise ValueError(f"{path}: {class_path} is not a LightningModule")
+    return cls.load_from_checkpoint(path, map_location="cpu")

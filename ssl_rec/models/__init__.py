@@ -1,0 +1,20 @@
+"""Models: field embeddings, interaction encoders (DLRM, DCNv2), heads and the Backbone."""
+
+from ssl_rec.models.backbone import Backbone, as_schema
+from ssl_rec.models.dcn import CrossLayer, DCNv2Encoder
+from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
+from ssl_rec.models.field_embedding import FieldEmbedding
+from ssl_rec.models.heads import CTRHead
+from ssl_rec.models.mlp import MLP
+
+__all__ = [
+    "MLP",
+    "Backbone",
+    "CTRHead",
+    "CrossLayer",
+    "DCNv2Encoder",
+    "DLRMEncoder",
+    "DotInteraction",
+    "FieldEmbedding",
+    "as_schema",
+]

@@ -1,0 +1,84 @@
+"""DLRM encoder: bottom MLP for dense features, pairwise dot interaction, top MLP.
+
+Naumov et al., "Deep Learning Recommendation Model for Personalization and Recommendation
+Systems", 2019, https://arxiv.org/abs/1906.00091.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ssl_rec.models.mlp import MLP
+
+
+class DotInteraction(nn.Module):
+    """Pairwise dot products between ``N`` vectors, upper triangle without the diagonal.
+
+    Shape:
+        ``float32[B, N, D] -> float32[B, N * (N - 1) / 2]``.
+    """
+
+    def __init__(self, num_vectors: int) -> None:
+        super().__init__()
+        rows, cols = torch.triu_indices(num_vectors, num_vectors, offset=1)
+        self.register_buffer("_rows", rows, persistent=False)
+        self.register_buffer("_cols", cols, persistent=False)
+        self.out_dim = int(rows.numel())
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Return the flattened upper triangle of ``vectors @ vectors^T``."""
+        gram = torch.bmm(vectors, vectors.transpose(1, 2))
+        return gram[:, self._rows, self._cols]
+
+
+class DLRMEncoder(nn.Module):
+    """Dense features and field embeddings to one pooled vector, DLRM style.
+
+    Args:
+        n_fields: number of categorical fields ``F``.
+        n_dense: number of dense features; 0 disables the bottom MLP.
+        embedding_dim: ``D``; the bottom MLP ends at ``D`` so it joins the interaction.
+        bottom: hidden widths of the bottom MLP before its ``D``-wide output layer.
+        top: widths of the top MLP; the last one is the pooled size ``H``.
+        dropout: dropout in the top MLP.
+
+    Shape:
+        ``field_emb float32[B, F, D]``, ``dense float32[B, n_dense]`` ->
+        ``(pooled float32[B, H], dense_emb float32[B, D] | None)``.
+    """
+
+    def __init__(
+        self,
+        n_fields: int,
+        n_dense: int,
+        embedding_dim: int,
+        bottom: Sequence[int] = (64,),
+        top: Sequence[int] = (256, 128),
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not top:
+            raise ValueError("DLRMEncoder.top needs at least one width (the pooled size H)")
+        self.bottom = MLP(n_dense, [*bottom, embedding_dim], activate_last=True) if n_dense else None
+        n_vectors = n_fields + (1 if n_dense else 0)
+        self.interaction = DotInteraction(n_vectors)
+        top_in = self.interaction.out_dim + (embedding_dim if n_dense else 0)
+        self.top = MLP(top_in, list(top), dropout=dropout, activate_last=True)
+        self.output_dim = self.top.out_dim
+
+    def forward(
+        self, field_emb: torch.Tensor, dense: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Encode one batch; see the class docstring for shapes."""
+        if self.bottom is None:
+            dense_emb = None
+            vectors = field_emb
+            parts = [self.interaction(vectors)]
+        else:
+            dense_emb = self.bottom(dense)
+            vectors = torch.cat([dense_emb.unsqueeze(1), field_emb], dim=1)
+            parts = [dense_emb, self.interaction(vectors)]
+        return self.top(torch.cat(parts, dim=1)), dense_emb

@@ -1,0 +1,28 @@
+"""Self-supervised objectives: ``forward(batch, backbone) -> ObjectiveOutput``.
+
+YAML names them by ``class_path`` (``ssl_rec.objectives.InfoNCE``); this ``__all__`` is
+the registry.
+"""
+
+from ssl_rec.objectives.adversarial_feature_replacement import AdversarialFeatureReplacement
+from ssl_rec.objectives.base import Objective
+from ssl_rec.objectives.contrastive import ProjectionHead, alignment, nt_xent, uniformity
+from ssl_rec.objectives.info_nce import InfoNCE
+from ssl_rec.objectives.masked_dense_reconstruction import MaskedDenseReconstruction
+from ssl_rec.objectives.masked_feature_prediction import MaskedFeaturePrediction
+from ssl_rec.objectives.momentum_contrast import MomentumContrast
+from ssl_rec.objectives.replaced_feature_detection import ReplacedFeatureDetection
+
+__all__ = [
+    "AdversarialFeatureReplacement",
+    "InfoNCE",
+    "MaskedDenseReconstruction",
+    "MaskedFeaturePrediction",
+    "MomentumContrast",
+    "Objective",
+    "ProjectionHead",
+    "ReplacedFeatureDetection",
+    "alignment",
+    "nt_xent",
+    "uniformity",
+]

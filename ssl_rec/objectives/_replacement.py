@@ -1,0 +1,131 @@
+"""Generator and discriminator heads shared by the replaced-feature objectives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssl_rec.models.mlp import MLP
+from ssl_rec.objectives._candidates import candidate_logits
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The generator's scores for the masked positions of a batch.
+
+    Args:
+        rows, fields: ``int64[M]`` masked positions.
+        logits: ``float32[M, 1 + C]`` column 0 = true id, then the in-batch candidates.
+        cand_ids: ``int64[M, 1 + C]`` the id each column stands for.
+        cand_emb: ``float32[M, 1 + C, D]`` (detached) embedding of each column's id.
+
+    """
+
+    rows: torch.Tensor
+    fields: torch.Tensor
+    logits: torch.Tensor
+    cand_ids: torch.Tensor
+    cand_emb: torch.Tensor
+
+    def mlm_loss(self) -> torch.Tensor:
+        """Cross-entropy of the true id (column 0): the generator's masked-LM loss."""
+        target = torch.zeros_like(self.rows)
+        return F.cross_entropy(self.logits, target) if self.rows.numel() else self.logits.sum()
+
+    def entropy(self) -> torch.Tensor:
+        """Mean entropy of the proposal distributions (nats)."""
+        logp = self.logits.log_softmax(1)
+        return -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(1).mean()
+
+
+class FieldGenerator(nn.Module):
+    """A small masked-field model proposing replacement ids.
+
+    Reads the (detached) embeddings of the masked row and its dense features, decodes one
+    query per field and scores it against the true id and the ids of ``num_candidates``
+    in-batch rows (see ``_candidates``), so proposals follow the data's marginals.
+
+    Shape:
+        ``field_emb float32[B, F, D]``, ``dense float32[B, n_dense]`` -> :class:`Proposal`.
+    """
+
+    def __init__(self, n_fields: int, n_dense: int, dim: int, hidden: int, num_candidates: int):
+        super().__init__()
+        self.mlp = MLP(n_fields * dim + n_dense, [hidden, n_fields * dim])
+        self.num_candidates = num_candidates
+
+    def forward(
+        self,
+        masked_emb: torch.Tensor,
+        dense: torch.Tensor,
+        emb: torch.Tensor,
+        sparse: torch.Tensor,
+        field_mask: torch.Tensor,
+    ) -> Proposal:
+        """Score candidates for the ``True`` positions of ``field_mask bool[B, F]``."""
+        b, n_fields, dim = emb.shape
+        query = self.mlp(torch.cat([masked_emb.flatten(1), dense], 1)).view(b, n_fields, dim)
+        rows, fields = field_mask.nonzero(as_tuple=True)
+        c = min(self.num_candidates, b)
+        logits = candidate_logits(
+            query[rows, fields],
+            fields,
+            emb[rows, fields],
+            sparse[rows, fields],
+            emb[:c],
+            sparse[:c],
+        )
+        cand_ids = torch.cat([sparse[rows, fields].unsqueeze(1), sparse[:c, fields].T], 1)
+        cand_emb = torch.cat([emb[rows, fields].unsqueeze(1), emb[:c, fields].transpose(0, 1)], 1)
+        return Proposal(rows, fields, logits, cand_ids, cand_emb)
+
+
+class ReplacementDiscriminator(nn.Module):
+    """Per-field "was this id replaced?" logits from the backbone's representation.
+
+    ``logit[b, f] = w_f . pooled_b + <W_f pooled_b, field_emb[b, f]>``: a field-specific
+    linear read-out plus a bilinear match between the row's context and the field's token.
+
+    Shape:
+        ``pooled float32[B, H]``, ``field_emb float32[B, F, D]`` -> ``float32[B, F]``.
+    """
+
+    def __init__(self, in_dim: int, n_fields: int, dim: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_dim, n_fields)
+        self.bilinear = nn.Linear(in_dim, n_fields * dim)
+
+    def forward(self, pooled: torch.Tensor, field_emb: torch.Tensor) -> torch.Tensor:
+        """Return the replacement logits."""
+        context = self.bilinear(pooled).view_as(field_emb)
+        return self.linear(pooled) + (context * field_emb).sum(-1)
+
+
+def replace_ids(sparse: torch.Tensor, proposal: Proposal, choice: torch.Tensor) -> torch.Tensor:
+    """Write the chosen candidate (``choice int64[M]`` column indices) into ``sparse``."""
+    new_ids = proposal.cand_ids.gather(1, choice.unsqueeze(1)).squeeze(1)
+    out = sparse.clone()
+    out[proposal.rows, proposal.fields] = new_ids
+    return out
+
+
+def detection_loss(logits: torch.Tensor, replaced: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Balanced BCE of the discriminator (replaced and original positions weigh half each).
+
+    Balancing keeps the rare "replaced" class from being ignored when few fields are masked.
+    """
+    target = replaced.float()
+    bce = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    pos = replaced.float()
+    n_pos, n_neg = pos.sum().clamp_min(1.0), (1 - pos).sum().clamp_min(1.0)
+    loss = 0.5 * ((bce * pos).sum() / n_pos + (bce * (1 - pos)).sum() / n_neg)
+    pred = logits > 0
+    logs = {
+        "detection_accuracy": (pred == replaced).float().mean(),
+        "replaced_recall": ((pred & replaced).float().sum() / n_pos),
+        "replaced_fraction": pos.mean(),
+    }
+    return loss, logs

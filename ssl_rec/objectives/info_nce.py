@@ -1,0 +1,60 @@
+"""InfoNCE / NT-Xent between two views of each row."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ssl_rec.objectives.base import Objective, check_positive
+from ssl_rec.objectives.contrastive import ProjectionHead, alignment, nt_xent, uniformity
+from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.views import CorrelatedFieldMask, View
+
+
+class InfoNCE(Objective):
+    """Contrast two augmented views of each row against the other rows of the batch.
+
+    Oord et al., "Representation Learning with Contrastive Predictive Coding", 2018,
+    https://arxiv.org/abs/1807.03748 (InfoNCE); Chen et al., SimCLR, ICML 2020,
+    https://arxiv.org/abs/2002.05709 (NT-Xent, projection head); two-tower feature-masking
+    views from Yao et al., CIKM 2021, https://arxiv.org/abs/2007.12865. Logs the
+    alignment and uniformity of the projections (Wang & Isola, ICML 2020).
+
+    Args:
+        view: augmentation drawn independently for each of the two views; ``None`` uses
+            correlated feature masking of half the fields.
+        projection_dim: output width of the projection head.
+        temperature: softmax temperature (> 0).
+        hidden: hidden width of the projection head.
+
+    """
+
+    def __init__(
+        self,
+        view: View | None = None,
+        projection_dim: int = 64,
+        temperature: float = 0.2,
+        hidden: int = 128,
+    ) -> None:
+        super().__init__()
+        self.temperature = check_positive("InfoNCE", "temperature", temperature)
+        for key, value in (("projection_dim", projection_dim), ("hidden", hidden)):
+            if value < 1:
+                raise ValueError(f"InfoNCE.{key} must be >= 1, got {value}")
+        self.view = view if view is not None else View(CorrelatedFieldMask(0.5))
+        self.projection_dim, self.hidden = int(projection_dim), int(hidden)
+
+    def setup(self, backbone: nn.Module) -> None:
+        """Build the projection head ``H -> projection_dim``."""
+        self.projection = ProjectionHead(backbone.output_dim, self.hidden, self.projection_dim)
+
+    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+        """NT-Xent of two views; logs alignment and uniformity."""
+        z1 = self.projection(self.view(batch, backbone).rep.pooled)
+        z2 = self.projection(self.view(batch, backbone).rep.pooled)
+        loss = nt_xent(z1, z2, self.temperature)
+        logs = {
+            "loss": loss.detach(),
+            "alignment": alignment(z1, z2).detach(),
+            "uniformity": uniformity(z1.detach()),
+        }
+        return ObjectiveOutput(loss, logs)

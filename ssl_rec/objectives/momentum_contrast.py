@@ -1,0 +1,109 @@
+"""MoCo: contrast queries against a momentum-encoded key and a queue of past keys."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssl_rec.objectives.base import Objective, check_positive
+from ssl_rec.objectives.contrastive import ProjectionHead, alignment, uniformity
+from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.views import CorrelatedFieldMask, View
+from ssl_rec.views._checks import check_rate
+
+
+class MomentumContrast(Objective):
+    """Momentum contrast with a queue of negatives.
+
+    He et al., "Momentum Contrast for Unsupervised Visual Representation Learning", CVPR
+    2020, https://arxiv.org/abs/1911.05722 (Algorithm 1); MoCo v2's MLP projection
+    (https://arxiv.org/abs/2003.04297). Logs alignment and uniformity (Wang & Isola 2020).
+
+    The key encoder is a momentum copy of the backbone's *dense* encoder and of the
+    projection head only; keys look up the *shared* embedding tables without gradient.
+    Why: the tables are not parameters (a fused optimizer updates them in backward), are
+    usually most of the model's memory, and change slowly per row (each row is touched
+    only when its id occurs), which is the consistency the momentum average provides for
+    the dense layers.
+
+    Args:
+        view: augmentation for the query and key views (drawn independently).
+        projection_dim: width of the projected keys and queries.
+        temperature: softmax temperature (> 0).
+        queue_size: number of past keys kept as negatives (>= 1).
+        momentum: key-encoder EMA coefficient in [0, 1] (1 freezes the keys' encoder).
+
+    """
+
+    def __init__(
+        self,
+        view: View | None = None,
+        projection_dim: int = 64,
+        temperature: float = 0.2,
+        queue_size: int = 4096,
+        momentum: float = 0.99,
+    ) -> None:
+        super().__init__()
+        self.temperature = check_positive("MomentumContrast", "temperature", temperature)
+        self.momentum = check_rate("MomentumContrast", "momentum", momentum)
+        for key, value in (("projection_dim", projection_dim), ("queue_size", queue_size)):
+            if value < 1:
+                raise ValueError(f"MomentumContrast.{key} must be >= 1, got {value}")
+        self.view = view if view is not None else View(CorrelatedFieldMask(0.5))
+        self.projection_dim, self.queue_size = int(projection_dim), int(queue_size)
+
+    def setup(self, backbone: nn.Module) -> None:
+        """Build the projection head, its momentum twin, the key encoder and the queue."""
+        self.projection = ProjectionHead(backbone.output_dim, 128, self.projection_dim)
+        self.key_encoder = copy.deepcopy(backbone.encoder).requires_grad_(False)
+        self.key_projection = copy.deepcopy(self.projection).requires_grad_(False)
+        queue = F.normalize(torch.randn(self.queue_size, self.projection_dim), dim=1)
+        self.register_buffer("queue", queue)
+        self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
+
+    @torch.no_grad()
+    def _momentum_update(self, backbone: nn.Module) -> None:
+        pairs = ((backbone.encoder, self.key_encoder), (self.projection, self.key_projection))
+        for online, target in pairs:
+            for p, k in zip(online.parameters(), target.parameters(), strict=True):
+                k.lerp_(p.detach(), 1.0 - self.momentum)
+            for b, kb in zip(online.buffers(), target.buffers(), strict=True):
+                kb.copy_(b)
+
+    @torch.no_grad()
+    def _keys(self, batch: Batch, backbone: nn.Module) -> torch.Tensor:
+        batch, mask = self.view.corrupt(batch)
+        field_emb = backbone.embedding(batch.sparse, mask)
+        pooled, _ = self.key_encoder(field_emb, batch.dense)
+        return F.normalize(self.key_projection(pooled), dim=1)
+
+    @torch.no_grad()
+    def _enqueue(self, keys: torch.Tensor) -> None:
+        keys = keys[-self.queue_size :]
+        n, ptr = keys.shape[0], int(self.queue_ptr)
+        idx = (ptr + torch.arange(n, device=keys.device)) % self.queue_size
+        self.queue[idx] = keys
+        self.queue_ptr.fill_((ptr + n) % self.queue_size)
+
+    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+        """InfoNCE of each query against its key (positive) and the queue (negatives)."""
+        if self.training:
+            self._momentum_update(backbone)
+        q = F.normalize(self.projection(self.view(batch, backbone).rep.pooled), dim=1)
+        k = self._keys(batch, backbone)
+        pos = (q * k).sum(1, keepdim=True)
+        # A copy: the queue is updated in place below, after the logits were built.
+        neg = q @ self.queue.clone().T
+        logits = torch.cat([pos, neg], dim=1) / self.temperature
+        loss = F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device))
+        if self.training:
+            self._enqueue(k)
+        logs = {
+            "loss": loss.detach(),
+            "alignment": alignment(q, k).detach(),
+            "uniformity": uniformity(q.detach()),
+        }
+        return ObjectiveOutput(loss, logs)

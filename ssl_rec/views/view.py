@@ -1,0 +1,98 @@
+"""A view: field masking + corruptions + embedding dropout, encoded by the backbone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ssl_rec.types import Batch, Representation
+from ssl_rec.views._checks import check_rate
+
+
+@dataclass(frozen=True)
+class ViewOutput:
+    """One encoded view of a batch.
+
+    Args:
+        rep: the backbone's :class:`Representation` of the corrupted batch.
+        batch: the corrupted batch that was encoded.
+        field_mask: ``bool[B, F]`` fields replaced by ``[MASK]`` tokens (all False if no mask).
+
+    """
+
+    rep: Representation
+    batch: Batch
+    field_mask: torch.Tensor
+
+
+class View(nn.Module):
+    """Random augmentation of a batch, applied inside the model step and seeded.
+
+    Order: corruptions (id dropout, swaps, dense noise) on the raw batch, then the field
+    mask (``[MASK]`` tokens in the backbone's embedding), then element-wise dropout on
+    the field embeddings before the encoder.
+
+    Args:
+        masking: a field masker ``(sparse int64[B, F], generator) -> bool[B, F]`` such as
+            :class:`RandomFieldMask` or :class:`CorrelatedFieldMask`, or ``None``.
+        corruptions: batch corruptions applied in order (:class:`IdDropout`,
+            :class:`FeatureSwap`, :class:`DenseNoise`).
+        embedding_dropout: dropout probability on ``field_emb`` entries, in [0, 1).
+        seed: seed of this view's ``torch.Generator`` (views are reproducible run to run).
+
+    Example:
+        >>> view = View(RandomFieldMask(0.3), [IdDropout(0.1)], seed=0)  # doctest: +SKIP
+        >>> out = view(batch, backbone)  # doctest: +SKIP
+
+    """
+
+    def __init__(
+        self,
+        masking: nn.Module | None = None,
+        corruptions: Sequence[nn.Module] = (),
+        embedding_dropout: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if check_rate("View", "embedding_dropout", embedding_dropout) >= 1.0:
+            raise ValueError(f"View.embedding_dropout must be < 1, got {embedding_dropout}")
+        self.masking = masking
+        self.corruptions = nn.ModuleList(corruptions)
+        self.embedding_dropout = float(embedding_dropout)
+        self.seed = int(seed)
+        self._generator: torch.Generator | None = None
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """Return the view's generator on ``device`` (created and seeded on first use)."""
+        if self._generator is None or self._generator.device != torch.device(device):
+            self._generator = torch.Generator(device=device).manual_seed(self.seed)
+        return self._generator
+
+    def corrupt(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
+        """Apply the corruptions and draw the field mask: ``(batch', bool[B, F])``."""
+        gen = self.generator(batch.sparse.device)
+        for corruption in self.corruptions:
+            batch = corruption(batch, gen)
+        if self.masking is None:
+            mask = torch.zeros_like(batch.sparse, dtype=torch.bool)
+        else:
+            mask = self.masking(batch.sparse, gen)
+        return batch, mask
+
+    def forward(self, batch: Batch, backbone: nn.Module) -> ViewOutput:
+        """Corrupt ``batch`` and encode it with ``backbone``."""
+        batch, mask = self.corrupt(batch)
+        if self.embedding_dropout == 0.0:
+            return ViewOutput(backbone(batch, mask), batch, mask)
+        # Dropout sits between the lookup and the encoder, so the view calls the backbone's
+        # two stages itself (the same composition as Backbone.forward).
+        field_emb = backbone.embedding(batch.sparse, mask)
+        gen = self.generator(field_emb.device)
+        keep = torch.rand(field_emb.shape, generator=gen, device=field_emb.device)
+        keep = keep >= self.embedding_dropout
+        field_emb = field_emb * keep / (1.0 - self.embedding_dropout)
+        pooled, dense_emb = backbone.encoder(field_emb, batch.dense)
+        return ViewOutput(Representation(field_emb, pooled, dense_emb), batch, mask)

@@ -1,0 +1,38 @@
+"""Shared pytest setup: offline W&B/HF, per-session caches, slow and gpu markers."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+
+_SESSION_DIR = tempfile.mkdtemp(prefix="ssl_rec_tests_")
+for _key, _value in {
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "WANDB_DIR": _SESSION_DIR,
+    "WANDB_CACHE_DIR": _SESSION_DIR,
+    "WANDB_CONFIG_DIR": _SESSION_DIR,
+    "WANDB_DATA_DIR": _SESSION_DIR,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "SSL_REC_CACHE": os.path.join(_SESSION_DIR, "cache"),
+}.items():
+    os.environ[_key] = _value
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False, help="run slow tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_gpu = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--runslow"):
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(skip_gpu)

@@ -1,0 +1,101 @@
+import numpy as np
+import pytest
+
+from ssl_rec.datamodules import (
+    SyntheticConfig,
+    SyntheticCTRDataModule,
+    SyntheticGenerator,
+    binary_auc,
+    binary_logloss,
+    load_vocabulary,
+)
+
+
+def test_determinism():
+    a = SyntheticGenerator(SyntheticConfig(seed=5)).rows("train", 1, 2000)
+    b = SyntheticGenerator(SyntheticConfig(seed=5)).rows("train", 1, 2000)
+    c = SyntheticGenerator(SyntheticConfig(seed=6)).rows("train", 1, 2000)
+    for name in ("dense", "sparse", "prob", "label"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert not np.array_equal(a.sparse, c.sparse)
+    assert not np.array_equal(a.prob, c.prob)
+
+
+def test_shapes_and_ranges():
+    gen = SyntheticGenerator(SyntheticConfig(seed=1))
+    rows = gen.rows("val", 0, 5000)
+    assert rows.sparse.shape == (5000, 26) and rows.dense.shape == (5000, 13)
+    assert (rows.sparse >= 0).all() and (rows.sparse < np.array(gen.cardinalities)).all()
+    assert (rows.dense >= 0).all() and (rows.dense[rows.dense_missing] == 0).all()
+    assert (rows.sparse[:, 21] == 0).mean() == pytest.approx(0.76, abs=0.03)
+    assert gen.item_latents("C3").shape == (gen.cardinalities[2], 16)
+
+
+def test_oracle_metrics_and_ctr():
+    gen = SyntheticGenerator(SyntheticConfig())
+    rows = gen.rows("test", 0, 40_000)
+    assert rows.label.mean() == pytest.approx(0.25, abs=0.02)
+    auc = binary_auc(rows.prob, rows.label)
+    assert 0.75 < auc < 0.95
+    assert binary_logloss(rows.prob, rows.label) < binary_logloss(
+        np.full_like(rows.prob, rows.label.mean()), rows.label)
+
+
+def test_ids_reveal_user_cluster():
+    # The latent u must be recoverable from co-occurring ids (the point of pretraining):
+    # rows of one user cluster share their most frequent id far more than chance.
+    gen = SyntheticGenerator(SyntheticConfig())
+    rows = gen.rows("train", 0, 20_000)
+    ids = rows.sparse[:, 2]
+    same = rows.user_cluster == rows.user_cluster[0]
+    top = np.bincount(ids[same]).argmax()
+    assert (ids[same] == top).mean() > 5 * max((ids[~same] == top).mean(), 1e-3)
+    clusters = gen.item_clusters("C3")
+    latents = gen.item_latents("C3")
+    d_same = np.linalg.norm(latents[1] - latents[1 + (clusters[1:] == clusters[1]).nonzero()[0][1]])
+    d_other = np.linalg.norm(latents[1] - latents[2])
+    assert d_same < d_other
+
+
+def test_binary_auc_exact():
+    assert binary_auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == 0.75
+    assert binary_auc(np.array([0.5, 0.5]), np.array([0, 1])) == 0.5
+    rng = np.random.default_rng(0)
+    s, y = rng.random(300), rng.random(300) < 0.3
+    brute = np.mean([(p > n) + 0.5 * (p == n) for p in s[y] for n in s[~y]])
+    assert binary_auc(s, y) == pytest.approx(brute)
+
+
+def test_datamodule_label_fraction_and_pool(tmp_path):
+    kw = {"n_train": 20_000, "n_val": 2_000, "n_test": 2_000, "cache_dir": str(tmp_path)}
+    dm = SyntheticCTRDataModule(batch_size=1000, **kw)
+    oracle = dm.oracle_metrics("test")
+    assert oracle["auc"] > 0.7 and oracle["logloss"] < 0.56
+    few = SyntheticCTRDataModule(label_fraction=0.05, batch_size=1000, **kw).train_dataloader()
+    more = SyntheticCTRDataModule(label_fraction=0.2, batch_size=1000, **kw).train_dataloader()
+    few_ids = np.concatenate([b.row_id.numpy() for b in few])
+    more_ids = np.concatenate([b.row_id.numpy() for b in more])
+    assert len(few_ids) == 1000 and set(few_ids) <= set(more_ids)
+    pool = SyntheticCTRDataModule(use_labels=False, batch_size=1000, **kw).train_dataloader()
+    batches = list(pool)
+    assert all(b.label is None for b in batches) and sum(b.batch_size for b in batches) == 20_000
+    gen = dm.generator()
+    expected = SyntheticGenerator(SyntheticConfig()).item_latents(2)
+    assert np.array_equal(gen.item_latents(2), expected)
+    assert load_vocabulary(dm.schema, "C1")[0] == "<missing>"
+
+
+@pytest.mark.parametrize(("key", "value"), [("temperature", 0.0), ("base_ctr", 1.5),
+                                            ("cardinality_scale", 2.0)])
+def test_bad_config(key, value):
+    with pytest.raises(ValueError, match=f"{key} must be in"):
+        SyntheticConfig(**{key: value})
+
+
+def test_bad_datamodule_args(tmp_path):
+    with pytest.raises(ValueError, match="label_fraction must be in \\(0, 1\\], got 0"):
+        SyntheticCTRDataModule(label_fraction=0.0)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        SyntheticCTRDataModule(batch_size=0)
+    with pytest.raises(ValueError, match="n_train must be in"):
+        SyntheticCTRDataModule(n_train=0)
