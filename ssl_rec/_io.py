@@ -66,6 +66,7 @@ def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> I
     Example:
         >>> with atomic_directory("/tmp/export") as tmp:  # doctest: +SKIP
         ...     (tmp / "manifest.json").write_text("{}")
+
     """
     path = Path(path)
     if path.exists() and not overwrite:

@@ -4,6 +4,7 @@ Examples:
     ssl-rec fit --config configs/ctr/synthetic.yaml
     ssl-rec test --config configs/ctr/synthetic.yaml --ckpt_path best
     ssl-rec export --ckpt CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
+
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ class Batch:
         >>> b = Batch(torch.zeros(2, 13), torch.zeros(2, 26, dtype=torch.long))
         >>> b.batch_size
         2
+
     """
 
     dense: torch.Tensor
@@ -68,6 +69,7 @@ class Representation:
             and FAISS.
         dense_emb: ``float32[B, D]`` the dense features' embedding (DLRM bottom MLP), or
             ``None`` when the encoder has none.
+
     """
 
     field_emb: torch.Tensor
@@ -84,6 +86,7 @@ class ObjectiveOutput:
             caller applies objective weights).
         logs: name -> scalar tensor or float; the LightningModule logs them as
             ``{stage}/{objective}/{name}``.
+
     """
 
     loss: torch.Tensor

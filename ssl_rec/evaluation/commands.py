@@ -26,7 +26,7 @@ DM_HPARAMS = "datamodule_hyper_parameters"
 
 
 def datamodule_from(ckpt: str, data: pl.LightningDataModule | None) -> pl.LightningDataModule:
-    """``data`` if given, else the data module rebuilt from the checkpoint's hyperparameters."""
+    """Return ``data`` if given, else the data module rebuilt from the checkpoint."""
     if data is not None:
         return data
     from pytorch_lightning.cli import instantiate_module
@@ -43,7 +43,7 @@ def datamodule_from(ckpt: str, data: pl.LightningDataModule | None) -> pl.Lightn
 
 
 def split_loader(datamodule: pl.LightningDataModule, split: str) -> Any:
-    """The data module's loader of ``split`` (``train``, ``val`` or ``test``)."""
+    """Return the data module's loader of ``split`` (``train``, ``val`` or ``test``)."""
     loaders = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
     if split not in loaders:
         raise ValueError(f"split must be one of {sorted(loaders)}, got {split!r}")
@@ -91,8 +91,16 @@ def export(
     if split is not None:
         loader = split_loader(datamodule_from(ckpt, data), split)
         reps = {split: compute_representations(module, loader, max_rows, progress=True)}
-    path = export_embeddings(module, None, out, fields, config=config, representations=reps,
-                             checkpoint=ckpt, overwrite=overwrite)
+    path = export_embeddings(
+        module,
+        None,
+        out,
+        fields,
+        config=config,
+        representations=reps,
+        checkpoint=ckpt,
+        overwrite=overwrite,
+    )
     print(f"exported to {path}")
     return str(path)
 

@@ -87,7 +87,7 @@ class EmbeddingIndex:
     def search(
         self, vectors: np.ndarray, k: int, name: str | None = None, exact: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` nearest stored vectors of each query.
+        """Find the ``k`` nearest stored vectors of each query.
 
         Args:
             vectors: ``float32[n, d]`` queries (normalise them yourself if the export did).
@@ -110,7 +110,7 @@ class EmbeddingIndex:
         return scores, keys
 
     def neighbors(self, field: str, raw_value: object, k: int = 10) -> tuple[list, np.ndarray]:
-        """The ``k`` entities of ``field`` nearest to the entity ``raw_value`` (itself excluded).
+        """Find the ``k`` entities of ``field`` nearest to entity ``raw_value`` (not itself).
 
         Returns:
             ``(raw_values list[k], scores float32[k])``, nearest first.
@@ -124,7 +124,7 @@ class EmbeddingIndex:
         return loaded.keys[pos].tolist(), sc
 
     def vector(self, field: str, raw_value: object) -> np.ndarray:
-        """Stored vector ``float32[d]`` of entity ``raw_value`` of ``field``."""
+        """Return the stored vector ``float32[d]`` of entity ``raw_value`` of ``field``."""
         loaded = self._entity(field)
         return loaded.vectors[loaded.position(raw_value)].copy()
 
@@ -178,7 +178,11 @@ def _load_set(directory: Path, info: VectorSet, manifest: Manifest) -> _LoadedSe
     keys = np.load(path("keys"), allow_pickle=False)
     labels = np.load(path("labels")) if "labels" in info.files else None
     index = faiss.read_index(str(path("index")))
-    if vectors.shape != (info.count, info.dim) or len(keys) != info.count or index.ntotal != info.count:
+    if (
+        vectors.shape != (info.count, info.dim)
+        or len(keys) != info.count
+        or index.ntotal != info.count
+    ):
         raise ValueError(
             f"set {info.name!r}: manifest says {info.count} x {info.dim} but files hold vectors "
             f"{vectors.shape}, {len(keys)} keys and an index of {index.ntotal} (corrupt export)"

@@ -67,7 +67,9 @@ class IndexConfig:
         check_metric(self.metric)
         check_precision(self.precision)
         if self.train_size is not None and self.train_size <= 0:
-            raise ValueError(f"IndexConfig.train_size must be positive or None, got {self.train_size}")
+            raise ValueError(
+                f"IndexConfig.train_size must be positive or None, got {self.train_size}"
+            )
         resolve_factory(self.index, 1, 2, self.precision)
 
 
@@ -143,17 +145,28 @@ def export_embeddings(
         for name in fields:
             vectors = entity_vectors(model, name, schema.field(name).cardinality, progress)
             sets[name] = _write_set(
-                tmp, VectorSet(name, "entity", 0, 0, {}, {}, field=name),
-                vectors, entity_values(schema, name), None, config, progress,
+                tmp,
+                VectorSet(name, "entity", 0, 0, {}, {}, field=name),
+                vectors,
+                entity_values(schema, name),
+                None,
+                config,
+                progress,
             )
         for split, reps in (representations or {}).items():
             name = f"split_{split}"
             sets[name] = _write_set(
-                tmp, VectorSet(name, "representation", 0, 0, {}, {}, split=split),
-                reps.vectors, reps.row_ids.astype(np.int64), reps.labels, config, progress,
+                tmp,
+                VectorSet(name, "representation", 0, 0, {}, {}, split=split),
+                reps.vectors,
+                reps.row_ids.astype(np.int64),
+                reps.labels,
+                config,
+                progress,
             )
-        manifest = Manifest(schema.to_dict(), config.metric, config.precision,
-                            config.normalize, sets, source)
+        manifest = Manifest(
+            schema.to_dict(), config.metric, config.precision, config.normalize, sets, source
+        )
         atomic_write_json(tmp / MANIFEST_FILENAME, manifest.to_dict())
     return Path(out)
 
@@ -172,8 +185,11 @@ def _write_set(
         faiss.normalize_L2(vectors)
     n, dim = vectors.shape
     codes, quantizer = encode_vectors(vectors, config.precision)
-    files = {"vectors": f"{stub.name}.vectors.npy", "keys": f"{stub.name}.keys.npy",
-             "index": f"{stub.name}.faiss"}
+    files = {
+        "vectors": f"{stub.name}.vectors.npy",
+        "keys": f"{stub.name}.keys.npy",
+        "index": f"{stub.name}.faiss",
+    }
     np.save(tmp / files["vectors"], codes)
     np.save(tmp / files["keys"], keys, allow_pickle=False)
     if quantizer is not None:
@@ -187,6 +203,10 @@ def _write_set(
         tqdm.write(f"indexing {stub.name}: {n} x {dim} with {factory!r}")
     index = build_index(vectors, factory, config.metric, config.train_size, config.seed)
     faiss.write_index(index, str(tmp / files["index"]))
-    info = {"requested": config.index, "factory": factory, "train_size": config.train_size,
-            "search_params": default_search_params(index)}
+    info = {
+        "requested": config.index,
+        "factory": factory,
+        "train_size": config.train_size,
+        "search_params": default_search_params(index),
+    }
     return VectorSet(stub.name, stub.kind, n, dim, files, info, stub.field, stub.split)

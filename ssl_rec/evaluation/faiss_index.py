@@ -53,7 +53,7 @@ def check_precision(precision: str) -> str:
 
 
 def auto_factory(n: int, dim: int) -> str:
-    """The ``auto`` index for ``n`` vectors of dimension ``dim`` (see module docstring)."""
+    """Pick the ``auto`` index for ``n`` vectors of dimension ``dim`` (module docstring)."""
     if n <= AUTO_FLAT_MAX:
         return "Flat"
     # ~4 sqrt(n) lists rounded to a power of two, at least 39 training points per list.
@@ -64,7 +64,7 @@ def auto_factory(n: int, dim: int) -> str:
 
 
 def resolve_factory(index: str, n: int, dim: int, precision: str = "fp32") -> str:
-    """The factory string actually built for ``index`` at ``precision``.
+    """Return the factory string actually built for ``index`` at ``precision``.
 
     ``auto`` is resolved by :func:`auto_factory`; ``PQm`` becomes ``PQmnp`` (no polysemous
     training); for ``fp16``/``int8`` the stored full vectors use the FAISS scalar quantizer:

@@ -49,7 +49,9 @@ def knn_predict(
     test_x = np.array(test_x, dtype=np.float32, order="C")
     train_y = np.asarray(train_y, dtype=np.float64)
     if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
-        raise ValueError(f"train {train_x.shape} and test {test_x.shape} must be [n, H] with equal H")
+        raise ValueError(
+            f"train {train_x.shape} and test {test_x.shape} must be [n, H] with equal H"
+        )
     if len(train_y) != len(train_x):
         raise ValueError(f"{len(train_y)} training labels for {len(train_x)} training rows")
     if normalize:

@@ -48,11 +48,15 @@ def latent_neighbor_recall(
         raise ValueError(f"learned has {len(learned)} rows but latents {len(latents)}")
     if len(ids) <= k:
         raise ValueError(f"need more than k={k} candidate ids, got {len(ids)}")
-    return ann_recall_at_k(_cosine_neighbors(learned[ids], k), _cosine_neighbors(latents[ids], k), k)
+    return ann_recall_at_k(
+        _cosine_neighbors(learned[ids], k), _cosine_neighbors(latents[ids], k), k
+    )
 
 
-def frequent_ids(sparse: np.ndarray, field_index: int, top: int = 1000, min_count: int = 5) -> np.ndarray:
-    """The ``top`` most frequent non-missing ids of a field seen at least ``min_count`` times.
+def frequent_ids(
+    sparse: np.ndarray, field_index: int, top: int = 1000, min_count: int = 5
+) -> np.ndarray:
+    """Return the ``top`` most frequent non-missing ids seen at least ``min_count`` times.
 
     Args:
         sparse: ``int[N, F]`` ids of ``N`` training rows.

@@ -50,7 +50,9 @@ def linear_probe(
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(xtr @ w + b, ytr) + weight_decay * w.square().sum()
+        loss = (
+            F.binary_cross_entropy_with_logits(xtr @ w + b, ytr) + weight_decay * w.square().sum()
+        )
         loss.backward()
         return loss
 

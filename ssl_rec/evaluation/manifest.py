@@ -85,7 +85,9 @@ class Manifest:
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("format") != FORMAT_NAME:
-            raise ValueError(f"{where}: not an ssl-rec embedding export (format={data.get('format')!r})")
+            raise ValueError(
+                f"{where}: not an ssl-rec embedding export (format={data.get('format')!r})"
+            )
         version = data.get("format_version")
         if version != FORMAT_VERSION:
             raise ValueError(

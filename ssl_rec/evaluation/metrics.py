@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 
 
-def _relevance(retrieved: np.ndarray, positives: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _relevance(
+    retrieved: np.ndarray, positives: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     retrieved = np.asarray(retrieved)
     positives = np.asarray(positives)
     if positives.ndim == 1:
@@ -95,7 +97,9 @@ def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> float:
 
     """
     if x.shape != y.shape or x.dim() != 2:
-        raise ValueError(f"alignment needs two [n, d] tensors of one shape, got {x.shape}, {y.shape}")
+        raise ValueError(
+            f"alignment needs two [n, d] tensors of one shape, got {x.shape}, {y.shape}"
+        )
     x, y = F.normalize(x.float(), dim=1), F.normalize(y.float(), dim=1)
     return float((x - y).norm(dim=1).pow(alpha).mean())
 

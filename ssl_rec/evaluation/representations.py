@@ -42,7 +42,7 @@ class RepresentationSet:
 
 
 def backbone_of(model: nn.Module) -> nn.Module:
-    """The backbone of an ssl-rec LightningModule (``.backbone``), or ``model`` itself."""
+    """Return the backbone of an ssl-rec LightningModule (``.backbone``), or ``model``."""
     backbone = getattr(model, "backbone", model)
     if not hasattr(backbone, "embedding") or not callable(backbone):
         raise TypeError(
@@ -80,7 +80,11 @@ def compute_representations(
         for batch in tqdm(batches, desc="representations", disable=not progress, unit="batch"):
             pooled = backbone(batch).pooled.float().cpu().numpy()
             n = len(pooled)
-            ids = batch.row_id.cpu().numpy() if batch.row_id is not None else np.arange(seen, seen + n)
+            ids = (
+                batch.row_id.cpu().numpy()
+                if batch.row_id is not None
+                else np.arange(seen, seen + n)
+            )
             vectors.append(pooled)
             row_ids.append(ids.astype(np.int64))
             if batch.label is not None:

@@ -52,8 +52,10 @@ def decode_vectors(codes: np.ndarray, precision: str, params: np.ndarray | None)
         return codes.astype(np.float32)
     dim = codes.shape[1]
     if params is None or params.shape != (2 * dim,):
-        raise ValueError(f"int8 vectors need quantizer params float32[{2 * dim}], got "
-                         f"{None if params is None else params.shape}")
+        raise ValueError(
+            f"int8 vectors need quantizer params float32[{2 * dim}], got "
+            f"{None if params is None else params.shape}"
+        )
     sq = _sq8(dim)
     faiss.copy_array_to_vector(np.ascontiguousarray(params, np.float32), sq.trained)
     return sq.decode(np.ascontiguousarray(codes))

@@ -36,5 +36,7 @@ class MetricsJSON(pl.Callback):
         if callable(oracle):
             for name, value in (oracle("test") or {}).items():
                 metrics[f"oracle_test_{name}"] = float(value)
-        metrics = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
+        metrics = {
+            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()
+        }
         atomic_write_json(Path(trainer.default_root_dir) / self.filename, metrics)

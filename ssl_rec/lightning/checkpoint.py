@@ -33,7 +33,9 @@ def load_backbone_weights(backbone: nn.Module, path: str | os.PathLike[str]) -> 
     checkpoint's backbone does not match this one (different schema, dims or precision).
     """
     state = read_checkpoint(path).get("state_dict", {})
-    weights = {k[len(BACKBONE_PREFIX) :]: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX)}
+    weights = {
+        k[len(BACKBONE_PREFIX) :]: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX)
+    }
     if not weights:
         raise ValueError(f"{path}: checkpoint has no '{BACKBONE_PREFIX}*' weights")
     own = backbone.state_dict()

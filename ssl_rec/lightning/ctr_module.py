@@ -39,7 +39,9 @@ class CTRModule(pl.LightningModule):
 
     Example:
         >>> from functools import partial  # doctest: +SKIP
-        >>> module = CTRModule(partial(Backbone, embedding_dim=16), schema.to_dict())  # doctest: +SKIP
+        >>> factory = partial(Backbone, embedding_dim=16)  # doctest: +SKIP
+        >>> module = CTRModule(factory, schema.to_dict())  # doctest: +SKIP
+
     """
 
     def __init__(
@@ -60,7 +62,9 @@ class CTRModule(pl.LightningModule):
         if weight_decay < 0:
             raise ValueError(f"CTRModule.weight_decay must be >= 0, got {weight_decay}")
         if finetune not in ("full", "linear_probe"):
-            raise ValueError(f"CTRModule.finetune must be 'full' or 'linear_probe', got {finetune!r}")
+            raise ValueError(
+                f"CTRModule.finetune must be 'full' or 'linear_probe', got {finetune!r}"
+            )
         schema = as_schema(schema).to_dict()
         self.save_hyperparameters()
         self.schema = as_schema(schema)
@@ -126,4 +130,3 @@ def _labels(batch: Batch) -> torch.Tensor:
             "CTRModule got a batch without labels; use labeled data (data.use_labels=true)"
         )
     return batch.label
-

@@ -39,8 +39,12 @@ class KNNProbeCallback(pl.Callback):
         export_fields: list[str] | None = None,
     ) -> None:
         super().__init__()
-        for key, value in (("every_n_epochs", every_n_epochs), ("k", k),
-                           ("bank_rows", bank_rows), ("probe_rows", probe_rows)):
+        for key, value in (
+            ("every_n_epochs", every_n_epochs),
+            ("k", k),
+            ("bank_rows", bank_rows),
+            ("probe_rows", probe_rows),
+        ):
             if value < 1:
                 raise ValueError(f"KNNProbeCallback.{key} must be >= 1, got {value}")
         self.every_n_epochs, self.k = every_n_epochs, k
@@ -64,8 +68,9 @@ class KNNProbeCallback(pl.Callback):
                 f"got {len(reps)} (labeled: {reps.labels is not None})"
             )
         b = self.bank_rows
-        self.last = knn_probe(reps.vectors[:b], reps.labels[:b], reps.vectors[b:],
-                              reps.labels[b:], self.k)
+        self.last = knn_probe(
+            reps.vectors[:b], reps.labels[:b], reps.vectors[b:], reps.labels[b:], self.k
+        )
         pl_module.log_dict({f"knn/{k}": v for k, v in self.last.items()}, sync_dist=False)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -77,9 +82,15 @@ class KNNProbeCallback(pl.Callback):
         run = getattr(trainer.logger, "experiment", None)
         if run is None or not hasattr(run, "log_artifact"):
             raise ValueError("KNNProbeCallback(log_artifact=True) needs a WandbLogger")
-        out = export_embeddings(pl_module, None, Path(trainer.default_root_dir) / "embeddings",
-                                self.export_fields, config=IndexConfig(), overwrite=True,
-                                progress=False)
+        out = export_embeddings(
+            pl_module,
+            None,
+            Path(trainer.default_root_dir) / "embeddings",
+            self.export_fields,
+            config=IndexConfig(),
+            overwrite=True,
+            progress=False,
+        )
         artifact = wandb.Artifact(f"embeddings-{run.id}", type="embeddings")
         artifact.add_dir(str(out))
         run.log_artifact(artifact)

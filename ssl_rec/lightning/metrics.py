@@ -18,7 +18,9 @@ class _LabelAndLossSums(Metric):
     def __init__(self) -> None:
         super().__init__()
         for name in ("bce", "pred", "label", "count"):
-            self.add_state(name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state(
+                name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum"
+            )
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
         """Add a batch: ``logits float32[B]``, ``labels float32[B]`` in {0, 1}."""
@@ -69,8 +71,13 @@ class _AUC(BinaryAUROC):
 
 
 def ctr_metrics(prefix: str) -> MetricCollection:
-    """Metric collection ``{prefix}auc, logloss, ne, calibration``, updated with (logits, labels)."""
+    """Metrics ``{prefix}auc, logloss, ne, calibration``, updated with ``(logits, labels)``."""
     return MetricCollection(
-        {"auc": _AUC(), "logloss": LogLoss(), "ne": NormalizedEntropy(), "calibration": Calibration()},
+        {
+            "auc": _AUC(),
+            "logloss": LogLoss(),
+            "ne": NormalizedEntropy(),
+            "calibration": Calibration(),
+        },
         prefix=prefix,
     )

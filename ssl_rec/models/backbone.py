@@ -42,6 +42,7 @@ class Backbone(nn.Module):
     Shape:
         ``forward(batch, field_mask bool[B, F] | None) -> Representation`` with
         ``field_emb float32[B, F, D]`` and ``pooled float32[B, H]``, ``H = output_dim``.
+
     """
 
     def __init__(

@@ -28,7 +28,9 @@ class CrossLayer(nn.Module):
         else:
             if low_rank <= 0:
                 raise ValueError(f"CrossLayer.low_rank must be positive, got {low_rank}")
-            self.proj = nn.Sequential(nn.Linear(width, low_rank, bias=False), nn.Linear(low_rank, width))
+            self.proj = nn.Sequential(
+                nn.Linear(width, low_rank, bias=False), nn.Linear(low_rank, width)
+            )
 
     def forward(self, x0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Apply the cross interaction."""
@@ -50,6 +52,7 @@ class DCNv2Encoder(nn.Module):
     Shape:
         ``field_emb float32[B, F, D]``, ``dense float32[B, n_dense]`` ->
         ``(pooled float32[B, H], None)``.
+
     """
 
     def __init__(

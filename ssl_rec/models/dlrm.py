@@ -48,6 +48,7 @@ class DLRMEncoder(nn.Module):
     Shape:
         ``field_emb float32[B, F, D]``, ``dense float32[B, n_dense]`` ->
         ``(pooled float32[B, H], dense_emb float32[B, D] | None)``.
+
     """
 
     def __init__(
@@ -62,7 +63,9 @@ class DLRMEncoder(nn.Module):
         super().__init__()
         if not top:
             raise ValueError("DLRMEncoder.top needs at least one width (the pooled size H)")
-        self.bottom = MLP(n_dense, [*bottom, embedding_dim], activate_last=True) if n_dense else None
+        self.bottom = (
+            MLP(n_dense, [*bottom, embedding_dim], activate_last=True) if n_dense else None
+        )
         n_vectors = n_fields + (1 if n_dense else 0)
         self.interaction = DotInteraction(n_vectors)
         top_in = self.interaction.out_dim + (embedding_dim if n_dense else 0)

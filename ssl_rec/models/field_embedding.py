@@ -26,6 +26,7 @@ class FieldEmbedding(nn.Module):
 
     Shape:
         ``sparse int64[B, F]``, ``field_mask bool[B, F] | None`` -> ``float32[B, F, D]``.
+
     """
 
     def __init__(
@@ -40,7 +41,8 @@ class FieldEmbedding(nn.Module):
         super().__init__()
         if len(field_names) != len(cardinalities):
             raise ValueError(
-                f"FieldEmbedding: {len(field_names)} field names but {len(cardinalities)} cardinalities"
+                f"FieldEmbedding: {len(field_names)} field names, "
+                f"{len(cardinalities)} cardinalities"
             )
         if embedding_dim <= 0:
             raise ValueError(f"FieldEmbedding.embedding_dim must be positive, got {embedding_dim}")

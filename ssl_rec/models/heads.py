@@ -20,6 +20,7 @@ class CTRHead(nn.Module):
 
     Shape:
         ``float32[B, H] -> float32[B]`` (logits).
+
     """
 
     def __init__(self, in_dim: int, hidden: Sequence[int] = (), dropout: float = 0.0) -> None:

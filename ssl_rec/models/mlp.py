@@ -23,6 +23,7 @@ class MLP(nn.Sequential):
     Example:
         >>> MLP(4, [8, 2])(torch.zeros(3, 4)).shape
         torch.Size([3, 2])
+
     """
 
     def __init__(

@@ -86,22 +86,21 @@ class FieldGenerator(nn.Module):
 class ReplacementDiscriminator(nn.Module):
     """Per-field "was this id replaced?" logits from the backbone's representation.
 
-    ``logit[b, f] = w_f . pooled_b + <W_f pooled_b, field_emb[b, f]>``: a field-specific
-    linear read-out plus a bilinear match between the row's context and the field's token.
+    An MLP over the row's pooled vector and all its field tokens, so it can check each
+    token against the others (the backbone's pooled vector alone need not say *which*
+    field is inconsistent).
 
     Shape:
         ``pooled float32[B, H]``, ``field_emb float32[B, F, D]`` -> ``float32[B, F]``.
     """
 
-    def __init__(self, in_dim: int, n_fields: int, dim: int) -> None:
+    def __init__(self, in_dim: int, n_fields: int, dim: int, hidden: int = 128) -> None:
         super().__init__()
-        self.linear = nn.Linear(in_dim, n_fields)
-        self.bilinear = nn.Linear(in_dim, n_fields * dim)
+        self.mlp = MLP(in_dim + n_fields * dim, [hidden, n_fields])
 
     def forward(self, pooled: torch.Tensor, field_emb: torch.Tensor) -> torch.Tensor:
         """Return the replacement logits."""
-        context = self.bilinear(pooled).view_as(field_emb)
-        return self.linear(pooled) + (context * field_emb).sum(-1)
+        return self.mlp(torch.cat([pooled, field_emb.flatten(1)], 1))
 
 
 def replace_ids(sparse: torch.Tensor, proposal: Proposal, choice: torch.Tensor) -> torch.Tensor:

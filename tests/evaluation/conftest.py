@@ -66,7 +66,11 @@ def make_batches(schema: FeatureSchema, n: int, batch_size: int = 64, seed: int 
     dense = rng.random((n, schema.n_dense)).astype(np.float32)
     label = (rng.random(n) < 0.3).astype(np.float32)
     return [
-        Batch(torch.from_numpy(dense[i : i + batch_size]), torch.from_numpy(sparse[i : i + batch_size]),
-              torch.from_numpy(label[i : i + batch_size]), torch.arange(i, min(i + batch_size, n)))
+        Batch(
+            torch.from_numpy(dense[i : i + batch_size]),
+            torch.from_numpy(sparse[i : i + batch_size]),
+            torch.from_numpy(label[i : i + batch_size]),
+            torch.arange(i, min(i + batch_size, n)),
+        )
         for i in range(0, n, batch_size)
     ]

@@ -18,8 +18,14 @@ from tests.evaluation.conftest import make_batches
 
 @pytest.mark.parametrize("precision,atol", [("fp32", 0.0), ("fp16", 2e-3), ("int8", 3e-2)])
 def test_vector_equals_dequantized_row(tmp_path, backbone, schema, precision, atol):
-    out = export_embeddings(backbone, schema, tmp_path / "exp", ["C1", "C2"],
-                            config=IndexConfig("Flat", precision=precision), progress=False)
+    out = export_embeddings(
+        backbone,
+        schema,
+        tmp_path / "exp",
+        ["C1", "C2"],
+        config=IndexConfig("Flat", precision=precision),
+        progress=False,
+    )
     idx = EmbeddingIndex.load(out)
     for field in ("C1", "C2"):
         card = schema.field(field).cardinality
@@ -36,8 +42,14 @@ def test_vector_equals_dequantized_row(tmp_path, backbone, schema, precision, at
 
 @pytest.mark.parametrize("metric", ["ip", "l2"])
 def test_flat_search_matches_torch(tmp_path, backbone, schema, metric):
-    out = export_embeddings(backbone, schema, tmp_path / "exp", ["C1"],
-                            config=IndexConfig("Flat", metric=metric), progress=False)
+    out = export_embeddings(
+        backbone,
+        schema,
+        tmp_path / "exp",
+        ["C1"],
+        config=IndexConfig("Flat", metric=metric),
+        progress=False,
+    )
     idx = EmbeddingIndex.load(out)
     items = backbone.embedding.rows("C1", torch.arange(50))
     q = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
@@ -50,8 +62,11 @@ def test_flat_search_matches_torch(tmp_path, backbone, schema, metric):
 
 
 def test_neighbors_exclude_self_and_rank(tmp_path, backbone, schema):
-    idx = EmbeddingIndex.load(export_embeddings(backbone, schema, tmp_path / "e", ["C1"],
-                                                config=IndexConfig("Flat"), progress=False))
+    idx = EmbeddingIndex.load(
+        export_embeddings(
+            backbone, schema, tmp_path / "e", ["C1"], config=IndexConfig("Flat"), progress=False
+        )
+    )
     values, scores = idx.neighbors("C1", "3", k=5)
     assert "3" not in values and len(values) == 5
     assert np.all(np.diff(scores) <= 1e-6)
@@ -59,8 +74,15 @@ def test_neighbors_exclude_self_and_rank(tmp_path, backbone, schema):
 
 def test_representation_set_roundtrip(tmp_path, backbone, schema):
     reps = compute_representations(backbone, make_batches(schema, 200))
-    out = export_embeddings(backbone, schema, tmp_path / "e", [], representations={"test": reps},
-                            config=IndexConfig("HNSW32", metric="l2"), progress=False)
+    out = export_embeddings(
+        backbone,
+        schema,
+        tmp_path / "e",
+        [],
+        representations={"test": reps},
+        config=IndexConfig("HNSW32", metric="l2"),
+        progress=False,
+    )
     idx = EmbeddingIndex.load(out)
     assert idx.set_names == ["split_test"]
     np.testing.assert_array_equal(idx.keys("split_test"), np.arange(200))
@@ -73,7 +95,10 @@ def test_resolve_factory_avoids_polysemous_and_maps_precision():
     assert resolve_factory("IVF256,PQ16", 10**5, 64) == "IVF256,PQ16np"
     assert resolve_factory("PQ8x8", 10**5, 64) == "PQ8x8np"
     assert resolve_factory("OPQ16_64,IVF256,PQ16np", 10**5, 64) == "OPQ16_64,IVF256,PQ16np"
-    assert resolve_factory("IVF256,PQ32x4fs,RFlat", 10**5, 64, "fp16") == "IVF256,PQ32x4fs,Refine(SQfp16)"
+    assert (
+        resolve_factory("IVF256,PQ32x4fs,RFlat", 10**5, 64, "fp16")
+        == "IVF256,PQ32x4fs,Refine(SQfp16)"
+    )
     assert resolve_factory("Flat", 10, 4, "int8") == "SQ8"
     assert resolve_factory("auto", 100, 64) == "Flat"
     assert resolve_factory("auto", 100_000, 64).endswith("PQ32x4fs,RFlat")
@@ -84,7 +109,9 @@ def test_auto_index_recall_on_clustered_data(tmp_path, backbone, schema):
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(200, 32)).astype(np.float32)
-    x = centers[rng.integers(0, 200, 30_000)] + 0.3 * rng.normal(size=(30_000, 32)).astype(np.float32)
+    x = centers[rng.integers(0, 200, 30_000)] + 0.3 * rng.normal(size=(30_000, 32)).astype(
+        np.float32
+    )
     index = build_index(x, resolve_factory("auto", len(x), 32), "ip")
     exact = faiss.IndexFlatIP(32)
     exact.add(x)
@@ -93,8 +120,9 @@ def test_auto_index_recall_on_clustered_data(tmp_path, backbone, schema):
 
 
 def test_bad_inputs(tmp_path, backbone, schema):
-    out = export_embeddings(backbone, schema, tmp_path / "e", ["C1"],
-                            config=IndexConfig("Flat"), progress=False)
+    out = export_embeddings(
+        backbone, schema, tmp_path / "e", ["C1"], config=IndexConfig("Flat"), progress=False
+    )
     idx = EmbeddingIndex.load(out)
     with pytest.raises(KeyError, match="unknown raw value"):
         idx.vector("C1", "no-such-value")
@@ -109,8 +137,14 @@ def test_bad_inputs(tmp_path, backbone, schema):
     with pytest.raises(ValueError, match="metric"):
         IndexConfig(metric="cos")
     with pytest.raises(ValueError, match="not a valid FAISS factory"):
-        export_embeddings(backbone, schema, tmp_path / "y", ["C1"],
-                          config=IndexConfig("NoSuchIndex"), progress=False)
+        export_embeddings(
+            backbone,
+            schema,
+            tmp_path / "y",
+            ["C1"],
+            config=IndexConfig("NoSuchIndex"),
+            progress=False,
+        )
     manifest = out / MANIFEST_FILENAME
     data = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**data, "format_version": 99}))

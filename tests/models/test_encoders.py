@@ -24,7 +24,9 @@ def test_dlrm_encoder_shapes(n_dense):
 
 
 def test_dcnv2_encoder_shapes_and_cross_identity():
-    enc = DCNv2Encoder(n_fields=4, n_dense=2, embedding_dim=3, cross_layers=2, low_rank=4, deep=[10])
+    enc = DCNv2Encoder(
+        n_fields=4, n_dense=2, embedding_dim=3, cross_layers=2, low_rank=4, deep=[10]
+    )
     pooled, dense_emb = enc(torch.randn(6, 4, 3), torch.randn(6, 2))
     assert pooled.shape == (6, 10) and dense_emb is None
     layer = enc.cross[0]
