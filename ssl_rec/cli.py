@@ -56,13 +56,23 @@ class SSLRecCLI(LightningCLI):
         parser.add_lightning_class_args(MetricsJSON, "metrics_json")
 
     def before_instantiate_classes(self) -> None:
-        """Put W&B's files under the run's ``default_root_dir`` unless told otherwise."""
+        """Put W&B files and checkpoints under the run's ``default_root_dir`` by default.
+
+        Without this, checkpoints would land in a directory named after the W&B run id,
+        which scripts cannot predict; here they are ``{default_root_dir}/checkpoints``.
+        """
         config = self.config[self.subcommand] if self.subcommand else self.config
+        root = config.trainer.default_root_dir or "."
+        for callback in config.trainer.get("callbacks") or []:
+            init_args = getattr(callback, "init_args", None)
+            if str(getattr(callback, "class_path", "")).endswith("ModelCheckpoint"):
+                if init_args is not None and init_args.get("dirpath") is None:
+                    init_args.dirpath = os.path.join(root, "checkpoints")
         logger = config.trainer.get("logger")
         init_args = getattr(logger, "init_args", None)
         if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
             if init_args.get("save_dir") in (None, "."):
-                init_args.save_dir = config.trainer.default_root_dir or "."
+                init_args.save_dir = root
             os.makedirs(init_args.save_dir, exist_ok=True)
 
 
@@ -81,8 +91,12 @@ def _extra_command(name: str) -> Callable[[Sequence[str]], Any]:
     return getattr(importlib.import_module(module), func)
 
 
-def main(args: Sequence[str] | None = None) -> Any:
-    """Entry point of the ``ssl-rec`` console script."""
+def run(args: Sequence[str] | None = None) -> Any:
+    """Run one ``ssl-rec`` command and return what it built (the CLI object for fit/test).
+
+    Args:
+        args: the command line without the program name; ``None`` reads ``sys.argv``.
+    """
     configure_environment()
     argv = list(sys.argv[1:] if args is None else args)
     if argv and argv[0] in EXTRA_COMMANDS:
@@ -96,6 +110,11 @@ def main(args: Sequence[str] | None = None) -> Any:
         save_config_kwargs={"overwrite": True},
         args=argv if args is not None else None,
     )
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Entry point of the ``ssl-rec`` console script (returns nothing, so exit status is 0)."""
+    run(args)
 
 
 if __name__ == "__main__":

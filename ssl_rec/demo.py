@@ -78,7 +78,7 @@ def _print(report: dict[str, Any]) -> None:
     pct = f"{few['label_fraction']:.0%} labels"
     rows = [
         ("CTR, all labels", report["test_auc"], report["test_logloss"]),
-        ("oracle (true click probability)", report["oracle_test_auc"], report["oracle_test_logloss"]),
+        ("oracle (true probability)", report["oracle_test_auc"], report["oracle_test_logloss"]),
         (f"scratch, {pct}", few["scratch_test_auc"], few["scratch_test_logloss"]),
         (f"pretrained, {pct}", few["pretrained_test_auc"], few["pretrained_test_logloss"]),
     ]

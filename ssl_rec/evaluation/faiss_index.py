@@ -30,6 +30,7 @@ PRECISIONS = ("fp32", "fp16", "int8")
 SQ_CODES = {"fp16": "SQfp16", "int8": "SQ8"}
 AUTO = "auto"
 AUTO_FLAT_MAX = 20_000
+AUTO_MAX_NLIST = 1024
 # "PQ16" or "PQ16x8" not followed by "np"/"fs": the factory would enable polysemous training.
 _POLYSEMOUS_PQ = re.compile(r"(?<![A-Za-z])(PQ\d+(?:x\d+)?)(?![\dx]|np|fs)")
 # Library defaults are tuned for speed; these reach recall@10 >= 0.9 on 100k x 64 clustered.
@@ -56,9 +57,10 @@ def auto_factory(n: int, dim: int) -> str:
     """Pick the ``auto`` index for ``n`` vectors of dimension ``dim`` (module docstring)."""
     if n <= AUTO_FLAT_MAX:
         return "Flat"
-    # ~4 sqrt(n) lists rounded to a power of two, at least 39 training points per list.
+    # ~4 sqrt(n) lists rounded to a power of two, at least 39 points per list, and at most
+    # 1024 so the default 100k-vector training sample keeps k-means well fed and fast.
     nlist = 2 ** round(math.log2(4 * math.sqrt(n)))
-    nlist = max(16, min(nlist, n // 39))
+    nlist = max(16, min(nlist, n // 39, AUTO_MAX_NLIST))
     m = dim // 2 if dim % 2 == 0 else dim
     return f"IVF{nlist},PQ{m}x4fs,RFlat" if dim % 2 == 0 else f"IVF{nlist},Flat"
 

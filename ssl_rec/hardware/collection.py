@@ -113,6 +113,15 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         """Current values (cache if cached, else store) of rows ``ids`` int64[n]: float32[n, D]."""
         return self.group.dequantize_rows(table, ids)
 
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Use ``learning_rate`` (> 0) for every table's fused optimizer, e.g. to fine-tune."""
+        self.group.set_learning_rate(learning_rate)
+        self.specs = [t.spec for t in self.group.tables]
+
+    def load_float(self, table: int, weight: torch.Tensor) -> None:
+        """Quantize float32[R, D] ``weight`` into table ``table`` (any source precision)."""
+        self.group.tables[table].load_float(weight)
+
     def memory_report(self) -> dict:
         """Bytes per table and in total.
 

@@ -18,6 +18,7 @@ from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows, row_by
 from ssl_rec.hardware.spec import TableSpec
 
 INIT_CHUNK_ROWS = 1 << 16
+MAX_DIM = 2048  # the compiled kernels' per-row scratch size
 
 __all__ = ["EmbeddingTable"]
 
@@ -65,8 +66,8 @@ class EmbeddingTable(nn.Module):
         row_offset: int = 0,
     ) -> None:
         super().__init__()
-        if num_rows <= 0 or dim <= 0:
-            raise ValueError(f"num_rows={num_rows} and dim={dim} must be > 0")
+        if num_rows <= 0 or not 0 < dim <= MAX_DIM:
+            raise ValueError(f"num_rows={num_rows} must be > 0 and dim={dim} in [1, {MAX_DIM}]")
         if spec.precision in ("int4", "int2") and dim % (8 // int(spec.precision[3])) != 0:
             raise ValueError(f"dim={dim} must be a multiple of {8 // int(spec.precision[3])} "
                              f"for precision={spec.precision!r}")

@@ -11,6 +11,8 @@ is ever materialised.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -134,6 +136,14 @@ class TableGroup(nn.Module):
         get_kernels().prefetch(self.tensors(), ids, self.seed, self._next_step())
         placeholder = torch.empty(0, requires_grad=True)
         return _FusedLookup.apply(placeholder, ids, self, True)
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """Step every table's fused optimizer with ``learning_rate`` from now on (> 0)."""
+        if not learning_rate > 0:
+            raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
+        for t in self.tables:
+            t.spec = dataclasses.replace(t.spec, learning_rate=float(learning_rate))
+        self._hparams[:, 0] = float(learning_rate)
 
     @torch.no_grad()
     def dequantize_rows(self, table: int, ids: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.lightning.checkpoint import load_backbone_weights
+from ssl_rec.lightning.checkpoint import load_backbone_weights, load_module
 from ssl_rec.lightning.metrics import ctr_metrics
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.models.heads import CTRHead
@@ -36,6 +36,9 @@ class CTRModule(pl.LightningModule):
             (a pretraining or CTR checkpoint), or ``None`` to start from scratch.
         finetune: ``full`` trains everything; ``linear_probe`` freezes the backbone
             (embeddings included) and trains the head only.
+        embedding_lr: learning rate of the tables' fused optimizer during this run,
+            overriding the backbone's ``TableSpec.learning_rate`` (``None`` keeps it); a
+            smaller value fine-tunes pretrained embeddings gently.
 
     Example:
         >>> from functools import partial  # doctest: +SKIP
@@ -53,6 +56,7 @@ class CTRModule(pl.LightningModule):
         weight_decay: float = 0.0,
         init_from: str | None = None,
         finetune: FinetuneMode = "full",
+        embedding_lr: float | None = None,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -65,13 +69,17 @@ class CTRModule(pl.LightningModule):
             raise ValueError(
                 f"CTRModule.finetune must be 'full' or 'linear_probe', got {finetune!r}"
             )
+        if embedding_lr is not None and not embedding_lr > 0:
+            raise ValueError(f"CTRModule.embedding_lr must be > 0, got {embedding_lr}")
         schema = as_schema(schema).to_dict()
         self.save_hyperparameters()
         self.schema = as_schema(schema)
         self.backbone = backbone(schema)
         self.head = CTRHead(self.backbone.output_dim, head_hidden or [])
         if init_from:
-            load_backbone_weights(self.backbone, init_from)
+            init_backbone_from(self.backbone, init_from)
+        if embedding_lr is not None:
+            self.backbone.embedding.tables.set_learning_rate(embedding_lr)
         if finetune == "linear_probe":
             self.backbone.requires_grad_(False)
             self.backbone.embedding.frozen = True
@@ -122,6 +130,54 @@ class CTRModule(pl.LightningModule):
         """Embeddings update in backward only in train mode; mirror the frozen setting."""
         if self.hparams.finetune == "linear_probe":
             self.backbone.embedding.frozen = True
+
+
+def init_backbone_from(backbone: Backbone, path: str) -> None:
+    """Copy the backbone of checkpoint ``path`` into ``backbone``, tables at any precision.
+
+    Same table storage: the state is copied as is. Different storage (e.g. pretrained in
+    FP32, fine-tuned in INT8): the checkpoint's module is rebuilt, every table is read back
+    as dequantized FP32 rows (cache included) and re-quantized into this backbone's format;
+    the dense parameters and ``[MASK]`` tokens are copied exactly.
+    """
+    try:
+        load_backbone_weights(backbone, path)
+        return
+    except ValueError as same_format_error:
+        source = _checkpoint_backbone(path, same_format_error)
+    target_tables = backbone.embedding.tables
+    if source.schema.cardinalities != backbone.schema.cardinalities or (
+        source.embedding.embedding_dim != backbone.embedding.embedding_dim
+    ):
+        raise ValueError(
+            f"{path}: backbone schema/embedding_dim differ from this model's; only the table "
+            "precision may differ between pretraining and fine-tuning"
+        )
+    dense = {k: v for k, v in source.state_dict().items() if not k.startswith(_TABLES)}
+    missing, unexpected = backbone.load_state_dict(dense, strict=False)
+    missing = [k for k in missing if not k.startswith(_TABLES)]
+    if missing or unexpected:
+        raise ValueError(f"{path}: dense backbone weights differ ({missing=}, {unexpected=})")
+    with torch.no_grad():
+        for table, (name, card) in enumerate(
+            zip(source.schema.field_names, source.schema.cardinalities, strict=True)
+        ):
+            rows = source.embedding.rows(name, torch.arange(card))
+            target_tables.load_float(table, rows)
+
+
+_TABLES = "embedding.tables."
+
+
+def _checkpoint_backbone(path: str, cause: ValueError) -> Backbone:
+    try:
+        module = load_module(path)
+    except ValueError as e:
+        raise ValueError(f"{cause}; rebuilding the checkpoint's module also failed: {e}") from e
+    backbone = getattr(module, "backbone", None)
+    if not isinstance(backbone, Backbone):
+        raise ValueError(f"{path}: checkpoint module has no Backbone") from cause
+    return backbone.eval()
 
 
 def _labels(batch: Batch) -> torch.Tensor:

@@ -17,6 +17,7 @@ namespace {
 
 constexpr int kWays = 8;
 constexpr int kLfuMax = 255;
+constexpr int64_t kMaxDim = 2048;
 enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5 };
 enum Meta { kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim };
 
@@ -114,6 +115,78 @@ void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {
   }
 }
 
+inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
+  // Eight independent lanes let the compiler vectorize; min/max do not depend on order.
+  float l[8], h[8];
+  for (int j = 0; j < 8; ++j) l[j] = h[j] = x[0];
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    for (int j = 0; j < 8; ++j) {
+      float v = x[d + j];
+      l[j] = v < l[j] ? v : l[j];
+      h[j] = v > h[j] ? v : h[j];
+    }
+  }
+  for (; d < dim; ++d) {
+    l[0] = x[d] < l[0] ? x[d] : l[0];
+    h[0] = x[d] > h[0] ? x[d] : h[0];
+  }
+  lo = l[0];
+  hi = h[0];
+  for (int j = 1; j < 8; ++j) {
+    lo = l[j] < lo ? l[j] : lo;
+    hi = h[j] > hi ? h[j] : hi;
+  }
+}
+
+void quant_int_row(int bits, const float* x, int64_t dim, uint8_t* row, bool stochastic,
+                   uint32_t rk) {
+  const int64_t nb = data_bytes(bits, dim);
+  float lo, hi;
+  min_max(x, dim, lo, hi);
+  const float levels = static_cast<float>((1 << bits) - 1);
+  float scale, bias;
+  if (bits == 8) {
+    scale = (hi - lo) / levels;
+    bias = lo;
+  } else {
+    bias = half_round_down(lo);
+    scale = half_round_up((hi - bias) / levels);
+  }
+  alignas(64) float u[kMaxDim];
+  alignas(64) uint8_t q[kMaxDim];
+  if (stochastic) {
+    for (int64_t d = 0; d < dim; ++d)
+      u[d] = static_cast<float>(static_cast<int32_t>(noise_bits(rk, d) >> 8)) * (1.0f / 16777216.0f);
+  } else {
+    for (int64_t d = 0; d < dim; ++d) u[d] = 0.5f;
+  }
+  if (scale > 0) {
+    for (int64_t d = 0; d < dim; ++d) {
+      float v = std::floor((x[d] - bias) / scale + u[d]);
+      v = v < 0.0f ? 0.0f : v;
+      v = v > levels ? levels : v;
+      q[d] = static_cast<uint8_t>(static_cast<int32_t>(v));
+    }
+  } else {
+    std::memset(q, 0, dim);
+  }
+  if (bits == 8) {
+    std::memcpy(row, q, dim);
+    std::memcpy(row + nb, &scale, 4);
+    std::memcpy(row + nb + 4, &bias, 4);
+    return;
+  }
+  const int per = 8 / bits;
+  for (int64_t j = 0; j < nb; ++j) {
+    uint8_t byte = 0;
+    for (int k = 0; k < per && j * per + k < dim; ++k) byte |= q[j * per + k] << (k * bits);
+    row[j] = byte;
+  }
+  uint16_t sb[2] = {f2h(scale), f2h(bias)};
+  std::memcpy(row + nb, sb, 4);
+}
+
 void quant_row(int kind, const float* x, int64_t dim, uint8_t* row, bool stochastic, uint32_t rk) {
   if (kind == kFp32) {
     std::memcpy(row, x, dim * sizeof(float));
@@ -135,44 +208,7 @@ void quant_row(int kind, const float* x, int64_t dim, uint8_t* row, bool stochas
     }
     return;
   }
-  int bits = bits_of(kind);
-  int64_t nb = data_bytes(bits, dim);
-  float lo = x[0], hi = x[0];
-  for (int64_t d = 1; d < dim; ++d) {
-    lo = std::min(lo, x[d]);
-    hi = std::max(hi, x[d]);
-  }
-  int levels = (1 << bits) - 1;
-  float scale, bias;
-  if (bits == 8) {
-    scale = (hi - lo) / 255.0f;
-    bias = lo;
-  } else {
-    bias = half_round_down(lo);
-    scale = half_round_up((hi - bias) / static_cast<float>(levels));
-  }
-  int per = 8 / bits;
-  if (bits != 8) std::memset(row, 0, nb);
-  for (int64_t d = 0; d < dim; ++d) {
-    int q = 0;
-    if (scale > 0) {
-      float u = stochastic ? uniform(rk, d) : 0.5f;
-      float v = std::floor((x[d] - bias) / scale + u);
-      q = static_cast<int>(std::min(std::max(v, 0.0f), static_cast<float>(levels)));
-    }
-    if (bits == 8) {
-      row[d] = static_cast<uint8_t>(q);
-    } else {
-      row[d / per] |= static_cast<uint8_t>(q << ((d % per) * bits));
-    }
-  }
-  if (bits == 8) {
-    std::memcpy(row + nb, &scale, 4);
-    std::memcpy(row + nb + 4, &bias, 4);
-  } else {
-    uint16_t sb[2] = {f2h(scale), f2h(bias)};
-    std::memcpy(row + nb, sb, 4);
-  }
+  quant_int_row(bits_of(kind), x, dim, row, stochastic, rk);
 }
 
 struct Cache {

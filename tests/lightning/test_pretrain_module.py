@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
+from ssl_rec.hardware import TableSpec
+from ssl_rec.lightning import CTRModule, PretrainModule
+from ssl_rec.models import Backbone, DLRMEncoder
+from ssl_rec.objectives import (
+    AdversarialFeatureReplacement,
+    InfoNCE,
+    MaskedFeaturePrediction,
+    ReplacedFeatureDetection,
+)
+from ssl_rec.types import Batch
+from ssl_rec.views import RandomFieldMask, View
+
+CARDS = (6, 30, 500)
+
+
+def schema() -> dict:
+    fields = tuple(CategoricalField(f"C{i + 1}", c) for i, c in enumerate(CARDS))
+    return FeatureSchema(("I1", "I2"), fields, "label").to_dict()
+
+
+def factory(precision: str = "fp32") -> partial:
+    encoder = partial(DLRMEncoder, bottom=(8,), top=(16,))
+    return partial(Backbone, embedding_dim=8, tables=TableSpec(precision), encoder=encoder)
+
+
+def batches(n_batches: int = 3, size: int = 32, labels: bool = False) -> list[Batch]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n_batches):
+        sparse = torch.stack([torch.randint(0, c, (size,), generator=g) for c in CARDS], 1)
+        label = torch.randint(0, 2, (size,), generator=g).float() if labels else None
+        out.append(Batch(torch.randn(size, 2, generator=g), sparse, label))
+    return out
+
+
+def loader(data: list[Batch]) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(data, batch_size=None)
+
+
+def trainer(tmp_path, **kwargs) -> pl.Trainer:
+    defaults = dict(logger=False, enable_progress_bar=False, enable_model_summary=False,
+                    default_root_dir=tmp_path, accelerator="cpu")  # fmt: skip
+    return pl.Trainer(**{**defaults, **kwargs})
+
+
+def fit_pretrain(tmp_path, objectives, precision="fp32", **kwargs) -> tuple[PretrainModule, str]:
+    module = PretrainModule(factory(precision), objectives, schema=schema(), **kwargs)
+    t = trainer(tmp_path, max_epochs=1, enable_checkpointing=False)
+    t.fit(module, train_dataloaders=loader(batches()))
+    path = str(tmp_path / "pretrain.ckpt")
+    t.save_checkpoint(path)
+    return module, path
+
+
+def test_fast_dev_run_adversarial_uses_manual_optimization(tmp_path) -> None:
+    objective = AdversarialFeatureReplacement(View(RandomFieldMask(0.5), seed=0))
+    module = PretrainModule(factory(), {"afr": objective}, schema=schema())
+    assert module.automatic_optimization is False
+    gen_before = [p.clone() for p in objective.generator_parameters()]
+    disc_before = [p.clone() for p in objective.discriminator.parameters()]
+    trainer(tmp_path, fast_dev_run=2).fit(module, train_dataloaders=loader(batches()))
+    assert any(not torch.equal(a, b) for a, b in zip(gen_before, objective.generator_parameters(), strict=False))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(disc_before, objective.discriminator.parameters(), strict=False)
+    )
+    assert len(module.trainer.optimizers) == 2
+
+
+def test_fast_dev_run_composed_objectives_logs_per_objective(tmp_path) -> None:
+    objectives = {
+        "mfp": MaskedFeaturePrediction(),
+        "nce": InfoNCE(),
+        "rfd": ReplacedFeatureDetection(),
+    }
+    module = PretrainModule(factory(), objectives, weights={"nce": 0.5}, schema=schema())
+    assert module.automatic_optimization
+    t = trainer(tmp_path, fast_dev_run=1)
+    t.fit(module, train_dataloaders=loader(batches()), val_dataloaders=loader(batches(1)))
+    keys = set(t.callback_metrics)
+    assert {"train/loss", "train/mfp/accuracy", "train/nce/alignment", "val/rfd/loss"} <= keys
+
+
+def test_checkpoint_loads_into_ctr_module(tmp_path) -> None:
+    module, path = fit_pretrain(tmp_path, {"mfp": MaskedFeaturePrediction()})
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["feature_schema"]["categorical"][2]["cardinality"] == 500
+    ctr = CTRModule(factory(), schema(), init_from=path)
+    for (name, a), b in zip(
+        module.backbone.state_dict().items(), ctr.backbone.state_dict().values(), strict=False
+    ):
+        assert torch.equal(a, b), name
+    rows = torch.arange(500)
+    torch.testing.assert_close(ctr.backbone.embedding.rows("C3", rows),
+                               module.backbone.embedding.rows("C3", rows))  # fmt: skip
+
+
+def test_finetune_modes_and_embedding_lr(tmp_path) -> None:
+    _, path = fit_pretrain(tmp_path, {"mfp": MaskedFeaturePrediction()})
+    probe = CTRModule(
+        factory(), schema(), init_from=path, finetune="linear_probe", embedding_lr=0.01
+    )
+    assert probe.backbone.embedding.tables.specs[0].learning_rate == 0.01
+    before = {k: v.clone() for k, v in probe.backbone.state_dict().items()}
+    trainer(tmp_path, max_epochs=1, enable_checkpointing=False).fit(
+        probe, train_dataloaders=loader(batches(labels=True))
+    )
+    after = probe.backbone.state_dict()
+    changed = [k for k, v in before.items() if k.endswith("store") and not torch.equal(v, after[k])]
+    assert not changed  # frozen backbone: tables untouched
+    with pytest.raises(ValueError, match="embedding_lr"):
+        CTRModule(factory(), schema(), embedding_lr=0.0)
+
+
+def test_finetune_from_other_precision_goes_through_dequantized_rows(tmp_path) -> None:
+    module, path = fit_pretrain(tmp_path, {"mfp": MaskedFeaturePrediction()})
+    ctr = CTRModule(factory("int8"), schema(), init_from=path)
+    rows = torch.arange(500)
+    src, dst = module.backbone.embedding.rows("C3", rows), ctr.backbone.embedding.rows("C3", rows)
+    scale = (src.max(1).values - src.min(1).values) / 255
+    assert ((src - dst).abs() <= scale.unsqueeze(1) * 0.51 + 1e-6).all()
+    torch.testing.assert_close(
+        ctr.backbone.encoder.state_dict(), module.backbone.encoder.state_dict()
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"objectives": {}}, ValueError, "at least one objective"),
+        ({"weights": {"nope": 1.0}}, ValueError, r"unknown objectives \['nope'\]"),
+        ({"weights": {"mfp": -1.0}}, ValueError, r"weights\['mfp'\] must be >= 0"),
+        ({"learning_rate": 0.0}, ValueError, "learning_rate must be > 0"),
+        ({"objectives": {"mfp": torch.nn.Linear(2, 2)}}, TypeError, "not an ssl_rec.objectives"),
+        ({"schema": None}, ValueError, "needs `schema`"),
+    ],
+)
+def test_bad_configuration_fails_clearly(kwargs, error, match) -> None:
+    args = {"objectives": {"mfp": MaskedFeaturePrediction()}, "schema": schema(), **kwargs}
+    with pytest.raises(error, match=match):
+        PretrainModule(factory(), **args)
