@@ -11,21 +11,27 @@ fixed glibc malloc settings (``MALLOC_ENV``) so no kernel pays page faults for i
 
 from __future__ import annotations
 
-import argparse
-import io
 import os
-import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
-import numpy as np
-import torch
+# Running ``python benchmarks/<name>.py`` puts benchmarks/ first on sys.path, where a sibling
+# script (``ssl.py``) would shadow the standard library module that torch imports.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-from ssl_rec._io import atomic_write_bytes, atomic_write_json
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
-from ssl_rec.hardware.kernels.dispatch import get_kernels
+import argparse  # noqa: E402
+import io  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from ssl_rec._io import atomic_write_bytes, atomic_write_json  # noqa: E402
+from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows  # noqa: E402
+from ssl_rec.hardware.kernels.dispatch import get_kernels  # noqa: E402
 
 CRITEO_KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
@@ -92,7 +98,8 @@ def lookup_cases(cards, ids, kernels) -> tuple[dict, dict]:
 
 def embedding_bag_step(cards: list[int], lr: float) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """26 nn.EmbeddingBag(sparse=True) + torch.optim.SGD: forward, backward, step."""
-    bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(c, DIM, mode="sum", sparse=True) for c in cards)
+    bags = torch.nn.ModuleList(
+        torch.nn.EmbeddingBag(c, DIM, mode="sum", sparse=True) for c in cards)
     opt = torch.optim.SGD(bags.parameters(), lr=lr)
 
     def step(ids: torch.Tensor, grad: torch.Tensor) -> None:
@@ -170,14 +177,16 @@ def train_steps(cards: list[int], lr: float, fb: dict | None) -> dict[str, Calla
     bag = embedding_bag_step(cards, lr)
     steps: dict[str, Callable] = {"embeddingbag_sgd": lambda b: bag(b["ids"], b["grad"])}
     for opt in ("sgd", "rowwise_adagrad"):
-        for kind, spec in (("int8_cache5", TableSpec("int8", 0.05, optimizer=opt, learning_rate=lr)),
-                           ("fp32", TableSpec("fp32", optimizer=opt, learning_rate=lr))):
+        cases = (("int8_cache5", TableSpec("int8", 0.05, optimizer=opt, learning_rate=lr)),
+                 ("fp32", TableSpec("fp32", optimizer=opt, learning_rate=lr)))
+        for kind, spec in cases:
             step = ours_step(cards, spec)
             steps[f"ours_{kind}_{opt}"] = lambda b, s=step: s(b["ids"], b["grad"])
             steps[f"ours_{kind}_{opt}"].module = step.module  # type: ignore[attr-defined]
         if fb:
             tbe = fb[f"train_{opt}"]
-            steps[f"fbgemm_tbe_{opt}"] = lambda b, m=tbe: m(b["flat"], b["offs"]).backward(b["gflat"])
+            steps[f"fbgemm_tbe_{opt}"] = lambda b, m=tbe: m(b["flat"], b["offs"]).backward(
+                b["gflat"])
     return steps
 
 

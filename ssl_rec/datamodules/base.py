@@ -9,6 +9,7 @@ link ``data.schema`` to the model at instantiation.
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,21 @@ class ArrowDataModule(pl.LightningDataModule):
         self.cache_dir = Path(os.path.expanduser(cache_dir)) if cache_dir else default_cache_dir()
         self._entry: tuple[Path, FeatureSchema] | None = None
         self._splits: dict[str, datasets.Dataset] = {}
+
+    def _record_hparams(self, init_locals: dict[str, Any]) -> None:
+        """Save the constructor arguments as plain values (checkpoints load weights-only).
+
+        ``_class_path`` follows LightningCLI's convention, so ``ssl-rec export`` /
+        ``evaluate-embeddings`` rebuild the data module from a checkpoint alone.
+        """
+        cls = type(self)
+        hparams: dict[str, Any] = {"_class_path": f"{cls.__module__}.{cls.__qualname__}"}
+        hparams |= {
+            k: asdict(v) if is_dataclass(v) and not isinstance(v, type) else v
+            for k, v in init_locals.items()
+            if k not in ("self", "__class__")
+        }
+        self.save_hyperparameters(hparams)
 
     def _build(self) -> tuple[Path, FeatureSchema]:
         """Build or find the cache entry: ``(directory, schema)``."""

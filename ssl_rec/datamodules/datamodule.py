@@ -16,7 +16,7 @@ from ssl_rec.datamodules.schema import (
     FeatureSchema,
 )
 from ssl_rec.datamodules.storage import SPLITS, cached_build, file_fingerprint
-from ssl_rec.datamodules.synthetic import SyntheticConfig, SyntheticGenerator
+from ssl_rec.datamodules.synthetic import GENERATOR_VERSION, SyntheticConfig, SyntheticGenerator
 from ssl_rec.datamodules.synthetic_splits import generator_from_schema, write_synthetic_splits
 from ssl_rec.datamodules.tabular import (
     SPLIT_NAMES,
@@ -61,6 +61,7 @@ class SyntheticCTRDataModule(ArrowDataModule):
         drop_last: bool = False,
     ) -> None:
         super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, drop_last)
+        self._record_hparams(locals())
         for key, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
             if not 0 <= value <= 10**10 or (key == "n_train" and value < 1):
                 raise ValueError(f"{key} must be in [{int(key == 'n_train')}, 1e10], got {value}")
@@ -68,7 +69,11 @@ class SyntheticCTRDataModule(ArrowDataModule):
         self.generator_config = generator or SyntheticConfig()
 
     def _build(self) -> tuple[Path, FeatureSchema]:
-        inputs = {"generator": self.generator_config.to_dict(), "sizes": self.sizes}
+        inputs = {
+            "generator": self.generator_config.to_dict(),
+            "generator_version": GENERATOR_VERSION,
+            "sizes": self.sizes,
+        }
         return cached_build(
             self.cache_dir, "synthetic", inputs,
             lambda tmp, final: write_synthetic_splits(self.generator_config, self.sizes, tmp,
@@ -154,6 +159,7 @@ class CriteoDataModule(ArrowDataModule):
         drop_last: bool = False,
     ) -> None:
         super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, drop_last)
+        self._record_hparams(locals())
         self.path, self.has_label = path, has_label
         self.options = preprocess or PreprocessOptions()
 
@@ -211,6 +217,7 @@ class TabularDataModule(ArrowDataModule):
         cache_dir: str | None = None,
     ) -> None:
         super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, False)
+        self._record_hparams(locals())
         if not dense and not categorical:
             raise ValueError("TabularDataModule needs at least one dense or categorical column")
         self.path, self.label = path, label

@@ -30,6 +30,8 @@ FIELD_MISSING = {2: 0.03, 3: 0.03, 11: 0.03, 15: 0.03, 18: 0.44, 19: 0.44, 20: 0
                  21: 0.76, 23: 0.03, 24: 0.44, 25: 0.44}  # fmt: skip
 NOISE_FIELDS = (4, 9, 14, 19, 24)
 PAIRS = ((2, 11), (15, 20), (6, 12), (23, 25))
+ID_EFFECT_STD = 0.05
+GENERATOR_VERSION = 2  # part of the cache key: bump when the sampled rows change
 _PARAMS, _CALIBRATION = 1, 2
 SPLIT_STREAMS = {"train": 10, "val": 11, "test": 12}
 
@@ -159,7 +161,7 @@ class SyntheticGenerator:
         cluster_of = (np.arange(n_ids)) % n_clusters
         noise = rng.standard_normal((n_ids, cfg.latent_dim)) * 0.1 / np.sqrt(cfg.latent_dim)
         latents[1:] = centroids[cluster_of] + noise
-        effects = np.concatenate([[0.0], rng.normal(0.0, 0.08, n_ids)])
+        effects = np.concatenate([[0.0], rng.normal(0.0, ID_EFFECT_STD, n_ids)])
         # Cumulative tables shifted by row index make one searchsorted sample all rows.
         cdf = np.cumsum(table, 1)
         cdf[:, -1] = 1.0
@@ -220,7 +222,10 @@ class SyntheticGenerator:
         dense = rng.poisson(rate)
         missing = rng.random(dense.shape) < np.array(DENSE_MISSING)
         dense[missing] = 0
-        logit = self._logit(u, sparse, np.log1p(dense))
+        # Clicks follow the cluster centroid, not u's within-cluster noise: the noise is
+        # seen only dimly through dense counts, so a click model using it would make the
+        # recorded probability unreachable from the features (no longer Bayes-optimal).
+        logit = self._logit(self.user_centroids[c], sparse, np.log1p(dense))
         prob = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
         label = (rng.random(n) < prob).astype(np.float32)
         return SyntheticRows(dense, missing, sparse, prob, label, c)

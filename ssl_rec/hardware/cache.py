@@ -87,7 +87,8 @@ class RowCache(nn.Module):
         slots = self.sets * CACHE_WAYS
         state_cols = 1 if self.policy == "lru" else CACHE_WAYS
         self.register_buffer("rows", torch.zeros(slots, dim))
-        self.register_buffer("tags", torch.full((self.sets, CACHE_WAYS), EMPTY_TAG, dtype=torch.int16))
+        tags = torch.full((self.sets, CACHE_WAYS), EMPTY_TAG, dtype=torch.int16)
+        self.register_buffer("tags", tags)
         self.register_buffer("state", torch.zeros(self.sets, state_cols, dtype=torch.uint8))
         self.register_buffer("stats", torch.zeros(4, dtype=torch.int64))
 

@@ -1,5 +1,6 @@
-"""``MixedPrecisionEmbeddingCollection``: many low-precision cached tables, one id per field,
-looked up and updated by one fused kernel call each (FBGEMM TBE style).
+"""``MixedPrecisionEmbeddingCollection``: many low-precision cached tables, one id per field.
+
+All tables are looked up and updated by one fused kernel call each (FBGEMM TBE style).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware.memory import estimate_memory
+from ssl_rec.hardware.quantization import dequantize_rows, row_bytes
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable
 from ssl_rec.hardware.table_group import TableGroup
@@ -77,7 +79,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         specs = _expand_specs(specs, len(cardinalities))
         tables = [
             EmbeddingTable(int(c), embedding_dim, s, stream=i)
-            for i, (c, s) in enumerate(zip(cardinalities, specs))
+            for i, (c, s) in enumerate(zip(cardinalities, specs, strict=True))
         ]
         for t in tables:
             t.init_normal(init_std, seed)
@@ -122,6 +124,31 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         """Quantize float32[R, D] ``weight`` into table ``table`` (any source precision)."""
         self.group.tables[table].load_float(weight)
 
+    @staticmethod
+    def float_tables_from_state(state: dict[str, torch.Tensor], dim: int) -> list[torch.Tensor]:
+        """FP32 ``[R, D]`` weights of every table in a ``state_dict()`` of a collection.
+
+        Works whatever precision and cache the state was saved with (the storage format is
+        read from each store's dtype and row width); cached rows override the store, as
+        in a lookup. Lets a checkpoint be loaded into tables of another precision.
+        """
+        tables = []
+        i = 0
+        while f"group.tables.{i}.store" in state:
+            prefix = f"group.tables.{i}."
+            store = state[prefix + "store"]
+            rows = dequantize_rows(store, _precision_of(store, dim), dim)
+            tags = state.get(prefix + "cache.tags")
+            if tags is not None and tags.numel():
+                sets, ways = tags.shape
+                slot = torch.arange(sets * ways)
+                row = tags.flatten().to(torch.int64) * sets + slot // ways
+                cached = tags.flatten() >= 0
+                rows[row[cached]] = state[prefix + "cache.rows"][slot[cached]].float()
+            tables.append(rows)
+            i += 1
+        return tables
+
     def memory_report(self) -> dict:
         """Bytes per table and in total.
 
@@ -144,3 +171,14 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
     ) -> dict:
         """``memory_report()`` of a collection that is never allocated (same byte counting)."""
         return estimate_memory(cardinalities, embedding_dim, specs)
+
+
+def _precision_of(store: torch.Tensor, dim: int) -> str:
+    """Storage format of a store tensor from its dtype and row width."""
+    floats = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+    if store.dtype in floats:
+        return floats[store.dtype]
+    for precision in ("int8", "int4", "int2"):
+        if store.shape[1] == row_bytes(precision, dim):
+            return precision
+    raise ValueError(f"store of shape {tuple(store.shape)} matches no precision for dim={dim}")

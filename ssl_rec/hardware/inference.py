@@ -1,5 +1,7 @@
-"""Inference lookup of an INT8/INT4 store: the compiled twin of FBGEMM's
-``embedding_bag_byte_rowwise_offsets`` / ``embedding_bag_4bit_rowwise_offsets`` (sum).
+"""Inference lookup of an INT8/INT4 store.
+
+The compiled twin of FBGEMM's ``embedding_bag_byte_rowwise_offsets`` /
+``embedding_bag_4bit_rowwise_offsets`` (sum pooling) on the same fused rows.
 """
 
 from __future__ import annotations

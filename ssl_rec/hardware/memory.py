@@ -1,6 +1,7 @@
-"""Byte accounting of low-precision cached tables, shared by ``memory_report`` and
-``estimate_memory`` so a Criteo-sized estimate uses exactly the code that measures a real
-instance.
+"""Byte accounting of low-precision cached tables.
+
+Shared by ``memory_report`` and ``estimate_memory``, so a Criteo-sized estimate uses exactly
+the code that measures a real instance.
 """
 
 from __future__ import annotations
@@ -95,4 +96,4 @@ def estimate_memory(
         specs = [specs] * len(cardinalities)
     if len(specs) != len(cardinalities):
         raise ValueError(f"len(specs)={len(specs)} != len(cardinalities)={len(cardinalities)}")
-    return summarize([table_memory(r, dim, s) for r, s in zip(cardinalities, specs)])
+    return summarize([table_memory(r, dim, s) for r, s in zip(cardinalities, specs, strict=True)])

@@ -57,7 +57,7 @@ def row_bytes(precision: str, dim: int) -> int:
 
 
 def store_shape(precision: str, rows: int, dim: int) -> tuple[tuple[int, int], torch.dtype]:
-    """Shape and dtype of a store of ``rows`` rows: ``([R, D], float)`` or ``([R, bytes], uint8)``."""
+    """Shape and dtype of a store: ``([R, D], float)`` or ``([R, row_bytes], uint8)``."""
     if precision in FLOAT_DTYPES:
         return (rows, dim), FLOAT_DTYPES[precision]
     return (rows, row_bytes(precision, dim)), torch.uint8

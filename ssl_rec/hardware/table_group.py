@@ -1,5 +1,6 @@
-"""``TableGroup``: tables looked up by one fused kernel call, with the optimizer fused into
-backward as in FBGEMM's table-batched embeddings (TBE).
+"""``TableGroup``: tables looked up by one fused kernel call, the optimizer fused into backward.
+
+As in FBGEMM's table-batched embeddings (TBE):
 
 Forward runs ``prefetch`` (cache admission, eviction write-back) then ``forward`` (cache
 lookup + dequantize) over all tables in one call each. The autograd Function takes a

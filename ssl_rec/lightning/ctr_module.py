@@ -9,7 +9,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.lightning.checkpoint import load_backbone_weights, load_module
+from ssl_rec.hardware import MixedPrecisionEmbeddingCollection
+from ssl_rec.lightning.checkpoint import BACKBONE_PREFIX, load_backbone_weights, read_checkpoint
 from ssl_rec.lightning.metrics import ctr_metrics
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.models.heads import CTRHead
@@ -78,6 +79,7 @@ class CTRModule(pl.LightningModule):
         self.head = CTRHead(self.backbone.output_dim, head_hidden or [])
         if init_from:
             init_backbone_from(self.backbone, init_from)
+            reset_table_optimizer(self.backbone)
         if embedding_lr is not None:
             self.backbone.embedding.tables.set_learning_rate(embedding_lr)
         if finetune == "linear_probe":
@@ -136,48 +138,50 @@ def init_backbone_from(backbone: Backbone, path: str) -> None:
     """Copy the backbone of checkpoint ``path`` into ``backbone``, tables at any precision.
 
     Same table storage: the state is copied as is. Different storage (e.g. pretrained in
-    FP32, fine-tuned in INT8): the checkpoint's module is rebuilt, every table is read back
-    as dequantized FP32 rows (cache included) and re-quantized into this backbone's format;
-    the dense parameters and ``[MASK]`` tokens are copied exactly.
+    FP32, fine-tuned in INT8): every checkpoint table is read as dequantized FP32 rows
+    (its cache included) and re-quantized into this backbone's format; the dense
+    parameters and ``[MASK]`` tokens are copied exactly.
     """
     try:
         load_backbone_weights(backbone, path)
         return
     except ValueError as same_format_error:
-        source = _checkpoint_backbone(path, same_format_error)
-    target_tables = backbone.embedding.tables
-    if source.schema.cardinalities != backbone.schema.cardinalities or (
-        source.embedding.embedding_dim != backbone.embedding.embedding_dim
-    ):
-        raise ValueError(
-            f"{path}: backbone schema/embedding_dim differ from this model's; only the table "
-            "precision may differ between pretraining and fine-tuning"
-        )
-    dense = {k: v for k, v in source.state_dict().items() if not k.startswith(_TABLES)}
+        cause = same_format_error
+    state = read_checkpoint(path).get("state_dict", {})
+    prefix = BACKBONE_PREFIX + _TABLES
+    tables = MixedPrecisionEmbeddingCollection.float_tables_from_state(
+        {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)},
+        backbone.embedding.embedding_dim,
+    )
+    shapes = [tuple(t.shape) for t in tables]
+    expected = [(c, backbone.embedding.embedding_dim) for c in backbone.schema.cardinalities]
+    if shapes != expected:
+        raise ValueError(f"{cause}; its tables {shapes[:3]}... differ from {expected[:3]}...")
+    dense = {
+        k[len(BACKBONE_PREFIX) :]: v
+        for k, v in state.items()
+        if k.startswith(BACKBONE_PREFIX) and not k.startswith(prefix)
+    }
     missing, unexpected = backbone.load_state_dict(dense, strict=False)
     missing = [k for k in missing if not k.startswith(_TABLES)]
     if missing or unexpected:
-        raise ValueError(f"{path}: dense backbone weights differ ({missing=}, {unexpected=})")
-    with torch.no_grad():
-        for table, (name, card) in enumerate(
-            zip(source.schema.field_names, source.schema.cardinalities, strict=True)
-        ):
-            rows = source.embedding.rows(name, torch.arange(card))
-            target_tables.load_float(table, rows)
+        raise ValueError(f"{cause}; dense weights differ too ({missing=}, {unexpected=})")
+    for index, weight in enumerate(tables):
+        backbone.embedding.tables.load_float(index, weight)
 
 
 _TABLES = "embedding.tables."
 
 
-def _checkpoint_backbone(path: str, cause: ValueError) -> Backbone:
-    try:
-        module = load_module(path)
-    except ValueError as e:
-        raise ValueError(f"{cause}; rebuilding the checkpoint's module also failed: {e}") from e
-    backbone = getattr(module, "backbone", None)
-    if not isinstance(backbone, Backbone):
-        raise ValueError(f"{path}: checkpoint module has no Backbone") from cause
-    return backbone.eval()
+def reset_table_optimizer(backbone: Backbone) -> None:
+    """Zero the tables' row-wise Adagrad state: fine-tuning starts a fresh optimizer.
+
+    The dense Adam starts fresh too; carrying the pretraining accumulators over would
+    shrink the embedding step size by an amount that depends on the pretraining objective.
+    """
+    for name, buffer in backbone.embedding.tables.named_buffers():
+        if name.endswith("momentum"):
+            buffer.zero_()
 
 
 def _labels(batch: Batch) -> torch.Tensor:

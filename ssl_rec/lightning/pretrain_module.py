@@ -63,7 +63,9 @@ class PretrainModule(pl.LightningModule):
         _check_hyperparameters(learning_rate, weight_decay, gradient_clip)
         self.objective_weights = _check_objectives(objectives, weights)
         schema = as_schema(schema).to_dict()
-        self.save_hyperparameters(ignore=["objectives"])
+        # Modules and factories stay out of the hyperparameters so that checkpoints made from
+        # Python load with torch.load(weights_only=True); CLI runs store their config instead.
+        self.save_hyperparameters(ignore=["objectives", "backbone"])
         self.schema = as_schema(schema)
         self.backbone = backbone(schema)
         self.objectives = nn.ModuleDict(objectives)

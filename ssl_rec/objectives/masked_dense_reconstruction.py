@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ssl_rec.models.mlp import MLP
@@ -49,7 +50,9 @@ class MaskedDenseReconstruction(Objective):
         dense_mask = torch.rand(batch.dense.shape, generator=gen, device=batch.dense.device)
         dense_mask = dense_mask < self.mask_rate
         masked = batch.with_features(dense=batch.dense.masked_fill(dense_mask, 0.0))
-        pred = self.decoder(self.view(masked, backbone).rep.pooled)
+        pooled = self.view(masked, backbone).rep.pooled
+        # Layer norm: the loss must not reward inflating the backbone's activations.
+        pred = self.decoder(F.layer_norm(pooled, pooled.shape[-1:]))
         loss = masked_mean((pred - batch.dense) ** 2, dense_mask)
         baseline = masked_mean(batch.dense**2, dense_mask).detach()
         return ObjectiveOutput(loss, {"loss": loss.detach(), "mse_of_zero": baseline})

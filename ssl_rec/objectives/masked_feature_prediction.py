@@ -8,7 +8,7 @@ from torch import nn
 
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives._candidates import candidate_logits
-from ssl_rec.objectives.base import Objective
+from ssl_rec.objectives.base import Objective, check_positive
 from ssl_rec.types import Batch, ObjectiveOutput
 from ssl_rec.views import RandomFieldMask, View
 
@@ -29,6 +29,7 @@ class MaskedFeaturePrediction(Objective):
         full_softmax_max: largest cardinality that gets a full softmax classifier.
         num_candidates: in-batch rows used as negatives for large fields (``C``).
         hidden: width of the query decoder's hidden layer.
+        temperature: temperature of the cosine scores of large fields (> 0).
 
     Example:
         >>> objective = MaskedFeaturePrediction(View(RandomFieldMask(0.3)))  # doctest: +SKIP
@@ -42,6 +43,7 @@ class MaskedFeaturePrediction(Objective):
         full_softmax_max: int = 1024,
         num_candidates: int = 256,
         hidden: int = 128,
+        temperature: float = 0.1,
     ) -> None:
         super().__init__()
         for key, value in (("num_candidates", num_candidates), ("hidden", hidden)):
@@ -51,6 +53,7 @@ class MaskedFeaturePrediction(Objective):
             raise ValueError(
                 f"MaskedFeaturePrediction.full_softmax_max must be >= 0, got {full_softmax_max}"
             )
+        self.temperature = check_positive("MaskedFeaturePrediction", "temperature", temperature)
         self.view = view if view is not None else View(RandomFieldMask(0.3))
         self.full_softmax_max = int(full_softmax_max)
         self.num_candidates = int(num_candidates)
@@ -71,7 +74,11 @@ class MaskedFeaturePrediction(Objective):
         """Cross-entropy of the masked fields' true ids (mean over masked positions)."""
         out = self.view(batch, backbone)
         b, n_fields = batch.sparse.shape
-        query = self.query(out.rep.pooled).view(b, n_fields, -1)
+        # Layer-normed input and cosine scores make the loss blind to the scale of the
+        # pooled vector and of the embeddings: otherwise both grow during pretraining and
+        # the inflated activations stall fine-tuning (row-wise Adagrad state explodes).
+        pooled = F.layer_norm(out.rep.pooled, out.rep.pooled.shape[-1:])
+        query = self.query(pooled).view(b, n_fields, -1)
         total, correct = query.sum() * 0.0, query.new_zeros(())
         for classifier, f in zip(self.classifiers, self.small_fields, strict=True):
             rows = out.field_mask[:, f].nonzero().squeeze(1)
@@ -84,10 +91,10 @@ class MaskedFeaturePrediction(Objective):
         if rows.numel():
             # Second lookup of the unmasked ids: targets and negatives share the tables, so
             # this loss also trains the embeddings (gradients reach them through the lookup).
-            emb = backbone.embedding.tables(batch.sparse)
+            emb = F.normalize(backbone.embedding.tables(batch.sparse), dim=-1)
             cand = min(self.num_candidates, b)
             logits = candidate_logits(
-                query[rows, fields],
+                F.normalize(query[rows, fields], dim=-1) / self.temperature,
                 fields,
                 emb[rows, fields],
                 batch.sparse[rows, fields],

@@ -71,6 +71,10 @@ class View(nn.Module):
             self._generator = torch.Generator(device=device).manual_seed(self.seed)
         return self._generator
 
+    def reseed(self) -> None:
+        """Restart the random stream from ``seed`` (the next draws repeat the first ones)."""
+        self._generator = None
+
     def corrupt(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
         """Apply the corruptions and draw the field mask: ``(batch', bool[B, F])``."""
         gen = self.generator(batch.sparse.device)

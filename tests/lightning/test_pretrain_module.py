@@ -68,10 +68,10 @@ def test_fast_dev_run_adversarial_uses_manual_optimization(tmp_path) -> None:
     gen_before = [p.clone() for p in objective.generator_parameters()]
     disc_before = [p.clone() for p in objective.discriminator.parameters()]
     trainer(tmp_path, fast_dev_run=2).fit(module, train_dataloaders=loader(batches()))
-    assert any(not torch.equal(a, b) for a, b in zip(gen_before, objective.generator_parameters(), strict=False))
-    assert any(
-        not torch.equal(a, b) for a, b in zip(disc_before, objective.discriminator.parameters(), strict=False)
-    )
+    gen_after = objective.generator_parameters()
+    disc_after = list(objective.discriminator.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(gen_before, gen_after, strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(disc_before, disc_after, strict=True))
     assert len(module.trainer.optimizers) == 2
 
 
@@ -94,10 +94,12 @@ def test_checkpoint_loads_into_ctr_module(tmp_path) -> None:
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["feature_schema"]["categorical"][2]["cardinality"] == 500
     ctr = CTRModule(factory(), schema(), init_from=path)
-    for (name, a), b in zip(
-        module.backbone.state_dict().items(), ctr.backbone.state_dict().values(), strict=False
-    ):
-        assert torch.equal(a, b), name
+    mine = ctr.backbone.state_dict()
+    for name, value in module.backbone.state_dict().items():
+        if name.endswith("momentum"):  # the tables' Adagrad state restarts at fine-tuning
+            assert not mine[name].any(), name
+        else:
+            assert torch.equal(value, mine[name]), name
     rows = torch.arange(500)
     torch.testing.assert_close(ctr.backbone.embedding.rows("C3", rows),
                                module.backbone.embedding.rows("C3", rows))  # fmt: skip

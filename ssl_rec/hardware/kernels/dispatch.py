@@ -9,6 +9,7 @@ failed build an error instead of a fallback.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -19,7 +20,8 @@ import torch
 from ssl_rec.hardware.kernels import reference
 from ssl_rec.hardware.kernels.layout import TableTensors
 
-_CSRC = Path(__file__).parent / "csrc" / "embedding_ops.cpp"
+_CSRC_DIR = Path(__file__).parent / "csrc"
+_CSRC = _CSRC_DIR / "embedding_ops.cpp"  # includes row_format.cpp
 _CHOICES = ("auto", "compiled", "reference")
 
 __all__ = ["CompiledKernels", "get_kernels", "load_compiled"]
@@ -37,10 +39,14 @@ def load_compiled() -> ModuleType:
 
     default = Path.home() / ".cache" / "ssl_rec" / "torch_extensions"
     build_root = Path(os.environ.get("TORCH_EXTENSIONS_DIR", default))
-    build_dir = build_root / "ssl_rec_embedding_ops"
+    # torch only rebuilds when a listed source changes; the included file counts through
+    # the content hash in the name.
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(_CSRC_DIR.glob("*.cpp"))))
+    name = f"ssl_rec_embedding_ops_{digest.hexdigest()[:10]}"
+    build_dir = build_root / name
     build_dir.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name="ssl_rec_embedding_ops",
+        name=name,
         sources=[str(_CSRC)],
         build_directory=str(build_dir),
         # fp-contract=off keeps the training kernels bit-identical to the reference.
