@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ssl_rec.objectives as objectives_module
-from ssl_rec.cli import main as cli_main
+from ssl_rec.cli import run as cli_run
 from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
 from ssl_rec.models import Backbone, DLRMEncoder
 from ssl_rec.objectives import Objective
@@ -126,6 +126,6 @@ def test_config_runs_two_steps(config: Path, data_cache: Path, tmp_path: Path) -
     args = ["fit", "--config", str(config), "--trainer.fast_dev_run=2",
             "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
             *(f"--data.init_args.{k}={v}" for k, v in tiny.items())]  # fmt: skip
-    cli = cli_main(args)
+    cli = cli_run(args)
     assert cli.trainer.state.finished
     assert cli.model.schema.n_fields == 26

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
 from ssl_rec.models.backbone import Backbone, as_schema
@@ -63,9 +64,11 @@ class PretrainModule(pl.LightningModule):
         _check_hyperparameters(learning_rate, weight_decay, gradient_clip)
         self.objective_weights = _check_objectives(objectives, weights)
         schema = as_schema(schema).to_dict()
-        # Modules and factories stay out of the hyperparameters so that checkpoints made from
-        # Python load with torch.load(weights_only=True); CLI runs store their config instead.
-        self.save_hyperparameters(ignore=["objectives", "backbone"])
+        # The CLI hands its config (plain values, so `load_module` can rebuild objectives) to
+        # save_hyperparameters; called from Python, the modules and factory are left out so
+        # the checkpoint still loads with torch.load(weights_only=True).
+        from_cli = _given_hyperparameters.get() is not None
+        self.save_hyperparameters(ignore=[] if from_cli else ["objectives", "backbone"])
         self.schema = as_schema(schema)
         self.backbone = backbone(schema)
         self.objectives = nn.ModuleDict(objectives)

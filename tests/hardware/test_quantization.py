@@ -86,3 +86,13 @@ def test_table_spec_rejects_bad_values(kwargs):
     key = next(iter(kwargs))
     with pytest.raises(ValueError, match=key):
         TableSpec(**kwargs)
+
+
+def test_table_spec_is_a_yaml_type():
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--tables", type=list[TableSpec])
+    cfg = parser.parse_string("tables: [{precision: int4, cache_fraction: 0.01}, {}]")
+    specs = parser.instantiate(cfg).tables
+    assert specs == [TableSpec("int4", 0.01), TableSpec()]

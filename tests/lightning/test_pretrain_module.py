@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -8,7 +9,7 @@ import torch
 
 from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
 from ssl_rec.hardware import TableSpec
-from ssl_rec.lightning import CTRModule, PretrainModule
+from ssl_rec.lightning import CTRModule, PretrainModule, load_module
 from ssl_rec.models import Backbone, DLRMEncoder
 from ssl_rec.objectives import (
     AdversarialFeatureReplacement,
@@ -149,3 +150,35 @@ def test_bad_configuration_fails_clearly(kwargs, error, match) -> None:
     args = {"objectives": {"mfp": MaskedFeaturePrediction()}, "schema": schema(), **kwargs}
     with pytest.raises(error, match=match):
         PretrainModule(factory(), **args)
+
+
+def test_cli_pretrain_then_finetune_in_another_precision(tmp_path) -> None:
+    from ssl_rec.cli import run
+
+    root = Path(__file__).resolve().parents[2]
+    tiny = ["--data.init_args.n_train=256", "--data.init_args.n_val=64",
+            "--data.init_args.n_test=64", "--data.init_args.batch_size=64",
+            f"--data.init_args.cache_dir={tmp_path / 'data'}",
+            "--data.init_args.generator.cardinality_scale=0.0002",
+            "--trainer.logger=false"]  # fmt: skip
+    run(["fit", "--config", str(root / "configs/pretrain/rfd.yaml"), *tiny,
+         "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
+         f"--trainer.default_root_dir={tmp_path / 'pre'}"])  # fmt: skip
+    ckpt = tmp_path / "pre" / "checkpoints" / "last.ckpt"
+    assert ckpt.is_file()
+    pretrained = load_module(str(ckpt))  # the CLI stored its config: objectives rebuild
+    assert isinstance(pretrained.objectives["rfd"], ReplacedFeatureDetection)
+    cli = run(["fit", "--config", str(root / "configs/finetune/ctr.yaml"), *tiny,
+               "--trainer.fast_dev_run=1", f"--trainer.default_root_dir={tmp_path / 'ft'}",
+               f"--model.init_args.init_from={ckpt}",
+               "--model.init_args.backbone.init_args.tables.precision=int8"])  # fmt: skip
+    source = torch.load(ckpt, weights_only=True)["state_dict"]
+    mask = source["backbone.embedding.mask_token"]
+    assert cli.trainer.state.finished
+    torch.testing.assert_close(cli.model.backbone.embedding.mask_token.detach(), mask)
+
+
+def test_python_made_checkpoint_loads_with_weights_only(tmp_path) -> None:
+    _, path = fit_pretrain(tmp_path, {"mfp": MaskedFeaturePrediction()})
+    hparams = torch.load(path, weights_only=True)["hyper_parameters"]
+    assert "objectives" not in hparams and hparams["learning_rate"] == 1e-3
