@@ -2,8 +2,8 @@
 
 As in FBGEMM's table-batched embeddings (TBE):
 
-Forward runs ``prefetch`` (cache admission, eviction write-back) then ``forward`` (cache
-lookup + dequantize) over all tables in one call each. The autograd Function takes a
+A training forward runs ``train_forward`` (cache admission with eviction write-back, and
+lookup + dequantize, in one pass) over all tables in one call. The autograd Function takes a
 0-element placeholder that requires grad, as FBGEMM does, so autograd calls its backward;
 backward runs ``update`` (per-row gradient aggregation, optimizer step, FP32 cache write or
 stochastically rounded store write) and returns no gradient: no dense gradient of a table
@@ -29,14 +29,15 @@ class _FusedLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, placeholder, ids, group, update):  # noqa: D102
         ctx.group, ctx.update = group, update
-        ctx.save_for_backward(ids)
-        return group.lookup(ids)
+        out, slots = group.admit_and_lookup(ids)
+        ctx.save_for_backward(ids, slots)
+        return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         if ctx.update:
-            (ids,) = ctx.saved_tensors
-            ctx.group.apply_update(ids, grad)
+            ids, slots = ctx.saved_tensors
+            ctx.group.apply_update(ids, grad, slots)
         return None, None, None, None
 
 
@@ -113,10 +114,25 @@ class TableGroup(nn.Module):
         """Current values (cache if cached, else store): float32[B, T, D], no side effects."""
         return get_kernels().forward(self.tensors(), ids)
 
-    def apply_update(self, ids: torch.Tensor, grad: torch.Tensor) -> None:
-        """Fused optimizer step for gradient float32[B, T, D] of the output for ids[B, T]."""
+    def admit_and_lookup(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Admit ids int64[B, T] into the caches and look them up in one fused pass.
+
+        Returns:
+            float32[B, T, D] values and int32[B, T] cache slots (hints for ``apply_update``).
+
+        """
+        return get_kernels().train_forward(self.tensors(), ids, self.seed, self._next_step())
+
+    def apply_update(
+        self, ids: torch.Tensor, grad: torch.Tensor, slots: torch.Tensor | None = None
+    ) -> None:
+        """Fused optimizer step for gradient float32[B, T, D] of the output for ids[B, T].
+
+        ``slots`` are the int32[B, T] hints of ``admit_and_lookup`` (results never depend
+        on them).
+        """
         get_kernels().update(self.tensors(), ids, grad.float().contiguous(), self.seed,
-                             self._next_step())
+                             self._next_step(), slots)
 
     def forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:
         """Look up one id per (sample, table).
@@ -134,7 +150,6 @@ class TableGroup(nn.Module):
         if not (train and torch.is_grad_enabled()):
             with torch.no_grad():
                 return self.lookup(ids)
-        get_kernels().prefetch(self.tensors(), ids, self.seed, self._next_step())
         placeholder = torch.empty(0, requires_grad=True)
         return _FusedLookup.apply(placeholder, ids, self, True)
 

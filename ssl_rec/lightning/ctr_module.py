@@ -34,7 +34,8 @@ class CTRModule(pl.LightningModule):
         learning_rate: Adam learning rate of the dense parameters (> 0).
         weight_decay: Adam weight decay (>= 0).
         init_from: path of a checkpoint whose backbone weights initialise this one
-            (a pretraining or CTR checkpoint), or ``None`` to start from scratch.
+            (a pretraining or CTR checkpoint, tables at any precision), or ``None`` to
+            start from scratch. The tables' optimizer state restarts, like the dense one.
         finetune: ``full`` trains everything; ``linear_probe`` freezes the backbone
             (embeddings included) and trains the head only.
         embedding_lr: learning rate of the tables' fused optimizer during this run,

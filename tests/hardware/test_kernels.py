@@ -31,7 +31,16 @@ def _state(t):
     return (t.stores + t.cache_rows + t.cache_tags + t.cache_state + t.stats + t.momentum)
 
 
-def test_compiled_matches_reference_over_training_steps(compiled):
+def _lookup(kernels, t, ids, step, fused):
+    """Training lookup: fused ``train_forward`` or ``prefetch`` then ``forward``."""
+    if fused:
+        return kernels.train_forward(t, ids, 3, step)
+    kernels.prefetch(t, ids, 3, step)
+    return kernels.forward(t, ids), None
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_compiled_matches_reference_over_training_steps(compiled, fused):
     emb = MixedPrecisionEmbeddingCollection(CARDS, 8, SPECS, seed=3)
     a, b = copy.deepcopy(emb.group), copy.deepcopy(emb.group)
     gen = torch.Generator().manual_seed(0)
@@ -39,12 +48,13 @@ def test_compiled_matches_reference_over_training_steps(compiled):
         ids = torch.stack([torch.randint(0, c, (48,), generator=gen) for c in CARDS], 1)
         grad = torch.randn(48, len(CARDS), 8, generator=gen)
         ta, tb = a.tensors(), b.tensors()
-        reference.prefetch(ta, ids, 3, step)
-        compiled.prefetch(tb, ids, 3, step)
-        torch.testing.assert_close(compiled.forward(tb, ids), reference.forward(ta, ids),
-                                   rtol=1e-6, atol=0)
-        reference.update(ta, ids, grad, 3, step)
-        compiled.update(tb, ids, grad, 3, step)
+        out_a, slots_a = _lookup(reference, ta, ids, step, fused)
+        out_b, slots_b = _lookup(compiled, tb, ids, step, fused)
+        torch.testing.assert_close(out_b, out_a, rtol=1e-6, atol=0)
+        if fused:
+            assert torch.equal(slots_a, slots_b)
+        reference.update(ta, ids, grad, 3, step, slots_a)
+        compiled.update(tb, ids, grad, 3, step, slots_b)
         for x, y in zip(_state(ta), _state(tb), strict=True):
             if x.is_floating_point():
                 torch.testing.assert_close(y, x, rtol=1e-6, atol=0)

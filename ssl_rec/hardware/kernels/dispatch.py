@@ -24,6 +24,8 @@ _CSRC_DIR = Path(__file__).parent / "csrc"
 _CSRC = _CSRC_DIR / "embedding_ops.cpp"  # includes row_format.cpp
 _CHOICES = ("auto", "compiled", "reference")
 
+_NO_SLOTS = torch.empty(0, dtype=torch.int32)
+
 __all__ = ["CompiledKernels", "get_kernels", "load_compiled"]
 
 
@@ -32,7 +34,8 @@ def load_compiled() -> ModuleType:
     """Build (once per machine) and import the C++ extension; raises if the build fails.
 
     Returns:
-        The extension module with ``forward``, ``prefetch``, ``update``, ``bag_lookup``.
+        The extension module with ``forward``, ``prefetch``, ``train_forward``, ``update``,
+        ``bag_lookup``.
 
     """
     from torch.utils import cpp_extension
@@ -72,13 +75,23 @@ class CompiledKernels:
             t.stores, t.cache_rows, t.cache_tags, t.cache_state, t.stats, t.meta, ids, seed, step
         )
 
+    def train_forward(
+        self, t: TableTensors, ids: torch.Tensor, seed: int, step: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """See :func:`reference.train_forward`."""
+        out, slots = self._ext.train_forward(
+            t.stores, t.cache_rows, t.cache_tags, t.cache_state, t.stats, t.meta, ids, seed, step
+        )
+        return out, slots
+
     def update(
-        self, t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, step: int
+        self, t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, step: int,
+        slots: torch.Tensor | None = None,
     ) -> None:
         """See :func:`reference.update`."""
         self._ext.update(
             t.stores, t.cache_rows, t.cache_tags, t.stats, t.momentum, t.meta, t.hparams,
-            ids, grad.contiguous(), seed, step,
+            ids, grad.contiguous(), _NO_SLOTS if slots is None else slots, seed, step,
         )
 
     def bag_lookup(
@@ -108,7 +121,7 @@ def get_kernels() -> ModuleType | CompiledKernels:
 
     Returns:
         ``reference`` (a module) or a :class:`CompiledKernels`; both expose ``forward``,
-        ``prefetch``, ``update`` and ``bag_lookup`` with the same signatures.
+        ``prefetch``, ``train_forward``, ``update`` and ``bag_lookup`` with the same signatures.
 
     """
     choice = os.environ.get("SSL_REC_KERNELS", "auto")

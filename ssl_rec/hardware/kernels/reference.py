@@ -33,7 +33,7 @@ from ssl_rec.hardware.stochastic_rounding import (
     stream_key,
 )
 
-__all__ = ["bag_lookup", "find_slots", "forward", "prefetch", "update"]
+__all__ = ["bag_lookup", "find_slots", "forward", "prefetch", "train_forward", "update"]
 
 
 def find_slots(tags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -120,20 +120,32 @@ def _victim(tags: torch.Tensor, state: torch.Tensor, policy: int, s: int) -> int
     return int(state[s].to(torch.int64).argmin())
 
 
-def _prefetch_table(t: TableTensors, i: int, rows: torch.Tensor, seed: int, step: int) -> None:
+def _prefetch_table(
+    t: TableTensors, i: int, rows: torch.Tensor, seed: int, step: int,
+    values: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+) -> None:
+    """Admit ``rows`` int64[B] into table ``i``'s cache.
+
+    When given, ``values`` float32[B, D] receives each row's FP32 value right after its
+    admission and ``slots`` int32[B] its slot.
+    """
     tags, state, cache = t.cache_tags[i], t.cache_state[i], t.cache_rows[i]
     num_sets = tags.shape[0]
     if num_sets == 0:
+        if values is not None:
+            values.copy_(_lookup_table(t, i, rows))
+            slots.fill_(-1)
         return
     kind, policy = KIND_NAMES[int(t.meta[i, META_KIND])], int(t.meta[i, META_POLICY])
     stochastic, offset = bool(t.meta[i, META_STOCHASTIC]), int(t.meta[i, META_ROW_OFFSET])
     key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_EVICT, step)
-    for row in rows.tolist():
+    for b, row in enumerate(rows.tolist()):
         s, quot = row % num_sets, row // num_sets
         hits = (tags[s] == quot).nonzero()
         if len(hits):
             t.stats[i][0] += 1
             _touch(state, policy, s, int(hits[0]), fresh=False)
+            _record(values, slots, b, cache, s * CACHE_WAYS + int(hits[0]))
             continue
         t.stats[i][1] += 1
         way = _victim(tags, state, policy, s)
@@ -146,6 +158,13 @@ def _prefetch_table(t: TableTensors, i: int, rows: torch.Tensor, seed: int, step
         cache[slot] = dequantize_rows(t.stores[i][row : row + 1], kind, cache.shape[1])[0]
         tags[s, way] = quot
         _touch(state, policy, s, way, fresh=True)
+        _record(values, slots, b, cache, slot)
+
+
+def _record(values, slots, b: int, cache: torch.Tensor, slot: int) -> None:
+    if values is not None:
+        values[b] = cache[slot]
+        slots[b] = slot
 
 
 def prefetch(t: TableTensors, ids: torch.Tensor, seed: int, step: int) -> None:
@@ -164,6 +183,33 @@ def prefetch(t: TableTensors, ids: torch.Tensor, seed: int, step: int) -> None:
     """
     for i in range(ids.shape[1]):
         _prefetch_table(t, i, ids[:, i], seed, step)
+
+
+def train_forward(
+    t: TableTensors, ids: torch.Tensor, seed: int, step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training forward: :func:`prefetch` and :func:`forward` fused into one pass.
+
+    Each output is the row's FP32 value right after its admission (a row evicted again
+    later in the same batch keeps its cached value, not the re-quantized store value).
+
+    Args:
+        t: The tables (caches and stores are modified in place).
+        ids: int64[B, T] table-local row ids.
+        seed: RNG seed.
+        step: Step counter for the RNG (purpose ``PURPOSE_EVICT``).
+
+    Returns:
+        float32[B, T, D] values and int32[B, T] cache slots (-1 for uncached tables), the
+        slots being hints for :func:`update`.
+
+    """
+    dim = int(t.meta[0, META_DIM]) if ids.shape[1] else 0
+    out = torch.empty(ids.shape[0], ids.shape[1], dim)
+    slots = torch.empty(ids.shape, dtype=torch.int32)
+    for i in range(ids.shape[1]):
+        _prefetch_table(t, i, ids[:, i], seed, step, out[:, i], slots[:, i])
+    return out, slots
 
 
 def _aggregate(rows: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,7 +259,10 @@ def _update_table(t: TableTensors, i: int, rows, grad, seed: int, step: int) -> 
     t.stats[i][3] += len(miss_rows)
 
 
-def update(t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, step: int) -> None:
+def update(
+    t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, step: int,
+    slots: torch.Tensor | None = None,
+) -> None:
     """Fused backward: aggregate per unique row, optimizer step, write cache or store.
 
     Args:
@@ -222,6 +271,8 @@ def update(t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, st
         grad: float32[B, T, D] gradient of the forward output.
         seed: RNG seed.
         step: Step counter for the RNG.
+        slots: int32[B, T] slots from :func:`train_forward`: lookup hints of the compiled
+            kernels, ignored here (results never depend on them).
 
     """
     for i in range(ids.shape[1]):
