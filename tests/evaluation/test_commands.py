@@ -90,8 +90,17 @@ def test_export_cli_bad_flag_is_clear(trained, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "e"), "--metric", "cos"])
     assert "metric" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="records no data module"):
-        main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "e"), "--split", "test"])
+
+
+def test_export_split_rebuilds_data_module_from_checkpoint(trained, tmp_path):
+    from ssl_rec.evaluation import EmbeddingIndex
+
+    ckpt, _, _ = trained
+    out = tmp_path / "e"
+    main(["export", "--ckpt", str(ckpt), "--out", str(out), "--fields", "[C1]", "--split", "test",
+          "--max_rows", "300"])  # fmt: skip
+    index = EmbeddingIndex.load(out)
+    assert any(name.startswith("split_") for name in index.set_names)
 
 
 def test_evaluate_cli_writes_json(trained, tmp_path, capsys):

@@ -262,14 +262,17 @@ inline int32_t admit_one(TrainTable& t, int64_t row, float* o) {
 // each table's ids are still admitted in sample order (tables are independent).
 void train_forward_range(std::vector<TrainTable>& ts, const int64_t* idp, int64_t B, int64_t F,
                          int64_t fb, int64_t fe, float* op, int32_t* slots) {
-  const int64_t nf = fe - fb, n = B * nf, dim = ts[fb].dim;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t b = i / nf, f = fb + i % nf;
-    if (i + kAhead < n) {
-      const int64_t a = i + kAhead, fa = fb + a % nf;
-      prefetch_admit(ts[fa], idp[(a / nf) * F + fa]);
+  const int64_t nf = fe - fb, dim = ts[fb].dim;
+  int64_t ab = kAhead / nf, af = fb + kAhead % nf;  // the (sample, table) kAhead items on
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t f = fb; f < fe; ++f) {
+      if (ab < B) prefetch_admit(ts[af], idp[ab * F + af]);
+      if (++af == fe) {
+        af = fb;
+        ++ab;
+      }
+      slots[b * F + f] = admit_one(ts[f], idp[b * F + f], op + (b * F + f) * dim);
     }
-    slots[b * F + f] = admit_one(ts[f], idp[b * F + f], op + (b * F + f) * dim);
   }
 }
 
