@@ -10,6 +10,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
 BACKBONE_PREFIX = "backbone."
@@ -83,3 +84,14 @@ def load_module(path: str | os.PathLike[str]) -> pl.LightningModule:
     if not (isinstance(cls, type) and issubclass(cls, pl.LightningModule)):
         raise ValueError(f"{path}: {class_path} is not a LightningModule")
     return cls.load_from_checkpoint(path, map_location="cpu")
+
+
+def unpicklable_hparams(*names: str) -> list[str]:
+    """Hyperparameters to leave out of a checkpoint when a module is built from Python.
+
+    The CLI hands ``save_hyperparameters`` its config (plain values, enough for
+    :func:`load_module` to rebuild the module); from Python the factories and modules in
+    ``names`` would be pickled and break ``torch.load(weights_only=True)``, so they are
+    ignored. Pass the result as ``save_hyperparameters(ignore=...)``.
+    """
+    return [] if _given_hyperparameters.get() is not None else list(names)

@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection
-from ssl_rec.lightning.checkpoint import BACKBONE_PREFIX, load_backbone_weights, read_checkpoint
+from ssl_rec.lightning.checkpoint import (
+    BACKBONE_PREFIX,
+    load_backbone_weights,
+    read_checkpoint,
+    unpicklable_hparams,
+)
 from ssl_rec.lightning.metrics import ctr_metrics
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.models.heads import CTRHead
@@ -74,7 +79,7 @@ class CTRModule(pl.LightningModule):
         if embedding_lr is not None and not embedding_lr > 0:
             raise ValueError(f"CTRModule.embedding_lr must be > 0, got {embedding_lr}")
         schema = as_schema(schema).to_dict()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=unpicklable_hparams("backbone"))
         self.schema = as_schema(schema)
         self.backbone = backbone(schema)
         self.head = CTRHead(self.backbone.output_dim, head_hidden or [])

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
+from ssl_rec.lightning.checkpoint import unpicklable_hparams
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
@@ -64,11 +64,7 @@ class PretrainModule(pl.LightningModule):
         _check_hyperparameters(learning_rate, weight_decay, gradient_clip)
         self.objective_weights = _check_objectives(objectives, weights)
         schema = as_schema(schema).to_dict()
-        # The CLI hands its config (plain values, so `load_module` can rebuild objectives) to
-        # save_hyperparameters; called from Python, the modules and factory are left out so
-        # the checkpoint still loads with torch.load(weights_only=True).
-        from_cli = _given_hyperparameters.get() is not None
-        self.save_hyperparameters(ignore=[] if from_cli else ["objectives", "backbone"])
+        self.save_hyperparameters(ignore=unpicklable_hparams("objectives", "backbone"))
         self.schema = as_schema(schema)
         self.backbone = backbone(schema)
         self.objectives = nn.ModuleDict(objectives)

@@ -317,6 +317,8 @@ std::vector<torch::Tensor> train_forward(
 
 namespace {
 
+constexpr int64_t kGradAhead = 16;
+
 // Per-thread scratch of the fused backward, grown on demand and reused across calls.
 struct UpdateScratch {
   std::vector<int64_t> keys;   // open-addressing table of rows, -1 = empty
@@ -347,6 +349,11 @@ int64_t aggregate(UpdateScratch& w, const int64_t* idp, const int32_t* slots, co
   for (int64_t c = cap; c > 1; c >>= 1) --shift;
   int64_t U = 0;
   for (int64_t b = 0; b < B; ++b) {
+    // The gradient is read table by table, a 4*D-byte piece every 4*F*D bytes: a stride
+    // the hardware prefetcher does not follow across pages, so request it ahead.
+    if (b + kGradAhead < B)
+      prefetch_row(reinterpret_cast<const uint8_t*>(gp + ((b + kGradAhead) * F + f) * dim),
+                   dim * 4);
     const int64_t row = idp[b * F + f];
     uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> shift;
     while (w.keys[h] != -1 && w.keys[h] != row) h = (h + 1) & mask;
