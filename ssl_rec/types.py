@@ -47,6 +47,16 @@ class Batch:
 
         return Batch(move(self.dense), move(self.sparse), move(self.label), move(self.row_id))
 
+    def head(self, n: int) -> Batch:
+        """The first ``n`` rows (all rows when ``n >= B``); views, not copies."""
+        if n >= self.batch_size:
+            return self
+
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[:n]
+
+        return Batch(self.dense[:n], self.sparse[:n], cut(self.label), cut(self.row_id))
+
     def with_features(
         self, dense: torch.Tensor | None = None, sparse: torch.Tensor | None = None
     ) -> Batch:

@@ -4,11 +4,44 @@ Large vocabularies cannot afford a full softmax over their tables (which are not
 parameters anyway: see ``ssl_rec.hardware``). The candidates of a field are the ids the
 batch's first ``C`` rows hold in that field, i.e. a sample from the field's unigram
 distribution; the true id is put at index 0 and candidates equal to it are masked out.
+
+Positions are grouped by field and scored with one matmul per field, so nothing of size
+``[M, C, D]`` (masked positions x candidates x dim, hundreds of MB per batch) is built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+
+def by_field(
+    x: torch.Tensor, fields: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor]
+) -> torch.Tensor:
+    """Apply ``fn(x[fields == f], f)`` per field and return the results in ``x``'s row order.
+
+    Args:
+        x: ``[M, ...]`` per-position inputs.
+        fields: ``int64[M]`` field of each position.
+        fn: maps ``(rows of x of one field, field index)`` to ``[rows, ...]``.
+
+    Returns:
+        ``[M, ...]`` the concatenated outputs, rows in the original order.
+
+    """
+    if fields.numel() == 0:
+        return fn(x, 0)
+    order = torch.argsort(fields, stable=True)
+    counts = torch.bincount(fields, minlength=1).tolist()
+    blocks, start = [], 0
+    for f, n in enumerate(counts):
+        if n:
+            blocks.append(fn(x[order[start : start + n]], f))
+            start += n
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return torch.cat(blocks)[inverse]
 
 
 def candidate_logits(
@@ -34,8 +67,8 @@ def candidate_logits(
 
     """
     pos = (query * target_emb).sum(-1, keepdim=True)
-    neg = torch.einsum("md,cmd->mc", query, cand_emb[:, fields])
-    same = cand_ids[:, fields].T == target_ids.unsqueeze(1)
+    neg = by_field(query, fields, lambda q, f: q @ cand_emb[:, f].T)
+    same = by_field(target_ids, fields, lambda t, f: cand_ids[:, f].unsqueeze(0) == t[:, None])
     return torch.cat([pos, neg.masked_fill(same, float("-inf"))], dim=1)
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssl_rec.models.mlp import MLP
-from ssl_rec.objectives._candidates import candidate_logits
+from ssl_rec.objectives._candidates import by_field, candidate_logits
 
 
 @dataclass(frozen=True)
@@ -19,16 +19,30 @@ class Proposal:
     Args:
         rows, fields: ``int64[M]`` masked positions.
         logits: ``float32[M, 1 + C]`` column 0 = true id, then the in-batch candidates.
-        cand_ids: ``int64[M, 1 + C]`` the id each column stands for.
-        cand_emb: ``float32[M, 1 + C, D]`` (detached) embedding of each column's id.
+        true_ids: ``int64[M]`` the id of column 0 at each position.
+        true_emb: ``float32[M, D]`` (detached) embedding of column 0 at each position.
+        row_ids: ``int64[C, F]`` ids of the ``C`` candidate rows (columns 1..C).
+        row_emb: ``float32[C, F, D]`` (detached) embeddings of the candidate rows.
 
     """
 
     rows: torch.Tensor
     fields: torch.Tensor
     logits: torch.Tensor
-    cand_ids: torch.Tensor
-    cand_emb: torch.Tensor
+    true_ids: torch.Tensor
+    true_emb: torch.Tensor
+    row_ids: torch.Tensor
+    row_emb: torch.Tensor
+
+    def chosen_ids(self, choice: torch.Tensor) -> torch.Tensor:
+        """Id of column ``choice int64[M]`` at each position: ``int64[M]``."""
+        cand = self.row_ids[(choice - 1).clamp_min(0), self.fields]
+        return torch.where(choice == 0, self.true_ids, cand)
+
+    def mix(self, weights: torch.Tensor) -> torch.Tensor:
+        """Weighted sum of the columns' embeddings, ``weights float32[M, 1 + C]`` -> ``[M, D]``."""
+        rest = by_field(weights[:, 1:], self.fields, lambda w, f: w @ self.row_emb[:, f])
+        return weights[:, :1] * self.true_emb + rest
 
     def mlm_loss(self) -> torch.Tensor:
         """Cross-entropy of the true id (column 0): the generator's masked-LM loss."""
@@ -78,9 +92,8 @@ class FieldGenerator(nn.Module):
             emb[:c],
             sparse[:c],
         )
-        cand_ids = torch.cat([sparse[rows, fields].unsqueeze(1), sparse[:c, fields].T], 1)
-        cand_emb = torch.cat([emb[rows, fields].unsqueeze(1), emb[:c, fields].transpose(0, 1)], 1)
-        return Proposal(rows, fields, logits, cand_ids, cand_emb)
+        return Proposal(rows, fields, logits, sparse[rows, fields], emb[rows, fields],
+                        sparse[:c], emb[:c])  # fmt: skip
 
 
 class ReplacementDiscriminator(nn.Module):
@@ -105,9 +118,8 @@ class ReplacementDiscriminator(nn.Module):
 
 def replace_ids(sparse: torch.Tensor, proposal: Proposal, choice: torch.Tensor) -> torch.Tensor:
     """Write the chosen candidate (``choice int64[M]`` column indices) into ``sparse``."""
-    new_ids = proposal.cand_ids.gather(1, choice.unsqueeze(1)).squeeze(1)
     out = sparse.clone()
-    out[proposal.rows, proposal.fields] = new_ids
+    out[proposal.rows, proposal.fields] = proposal.chosen_ids(choice)
     return out
 
 

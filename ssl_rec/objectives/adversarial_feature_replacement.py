@@ -108,7 +108,7 @@ class AdversarialFeatureReplacement(Objective):
         soft = (noisy / self.tau).softmax(1)
         hard = F.one_hot(soft.argmax(1), soft.shape[1]).to(soft.dtype)
         choice = hard - soft.detach() + soft
-        new_emb = (choice.unsqueeze(-1) * proposal.cand_emb).sum(1)
+        new_emb = proposal.mix(choice)
         with torch.no_grad():
             field_emb = backbone.embedding(batch.sparse)
         field_emb = field_emb.index_put((proposal.rows, proposal.fields), new_emb)

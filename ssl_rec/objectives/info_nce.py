@@ -25,6 +25,8 @@ class InfoNCE(Objective):
         projection_dim: output width of the projection head.
         temperature: softmax temperature (> 0).
         hidden: hidden width of the projection head.
+        max_rows: contrast only the batch's first ``max_rows`` rows (rows arrive shuffled);
+            the ``2B x 2B`` similarity matrix of a 4096-row batch alone is 256 MB.
 
     """
 
@@ -34,14 +36,17 @@ class InfoNCE(Objective):
         projection_dim: int = 64,
         temperature: float = 0.2,
         hidden: int = 128,
+        max_rows: int = 1024,
     ) -> None:
         super().__init__()
         self.temperature = check_positive("InfoNCE", "temperature", temperature)
-        for key, value in (("projection_dim", projection_dim), ("hidden", hidden)):
+        sizes = {"projection_dim": projection_dim, "hidden": hidden, "max_rows": max_rows}
+        for key, value in sizes.items():
             if value < 1:
                 raise ValueError(f"InfoNCE.{key} must be >= 1, got {value}")
         self.view = view if view is not None else View(CorrelatedFieldMask(0.5))
         self.projection_dim, self.hidden = int(projection_dim), int(hidden)
+        self.max_rows = int(max_rows)
 
     def setup(self, backbone: nn.Module) -> None:
         """Build the projection head ``H -> projection_dim``."""
@@ -49,6 +54,7 @@ class InfoNCE(Objective):
 
     def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
         """NT-Xent of two views; logs alignment and uniformity."""
+        batch = batch.head(self.max_rows)
         z1 = self.projection(self.view(batch, backbone).rep.pooled)
         z2 = self.projection(self.view(batch, backbone).rep.pooled)
         loss = nt_xent(z1, z2, self.temperature)

@@ -35,6 +35,9 @@ class MomentumContrast(Objective):
         temperature: softmax temperature (> 0).
         queue_size: number of past keys kept as negatives (>= 1).
         momentum: key-encoder EMA coefficient in [0, 1] (1 freezes the keys' encoder).
+        max_rows: use only the batch's first ``max_rows`` rows as queries (rows arrive
+            shuffled); the queue supplies the negatives, so a few thousand logits per row
+            are enough and larger batches only cost time.
 
     """
 
@@ -45,15 +48,18 @@ class MomentumContrast(Objective):
         temperature: float = 0.2,
         queue_size: int = 4096,
         momentum: float = 0.99,
+        max_rows: int = 1024,
     ) -> None:
         super().__init__()
         self.temperature = check_positive("MomentumContrast", "temperature", temperature)
         self.momentum = check_rate("MomentumContrast", "momentum", momentum)
-        for key, value in (("projection_dim", projection_dim), ("queue_size", queue_size)):
+        sizes = {"projection_dim": projection_dim, "queue_size": queue_size, "max_rows": max_rows}
+        for key, value in sizes.items():
             if value < 1:
                 raise ValueError(f"MomentumContrast.{key} must be >= 1, got {value}")
         self.view = view if view is not None else View(CorrelatedFieldMask(0.5))
         self.projection_dim, self.queue_size = int(projection_dim), int(queue_size)
+        self.max_rows = int(max_rows)
 
     def setup(self, backbone: nn.Module) -> None:
         """Build the projection head, its momentum twin, the key encoder and the queue."""
@@ -90,6 +96,7 @@ class MomentumContrast(Objective):
 
     def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
         """InfoNCE of each query against its key (positive) and the queue (negatives)."""
+        batch = batch.head(self.max_rows)
         if self.training:
             self._momentum_update(backbone)
         q = F.normalize(self.projection(self.view(batch, backbone).rep.pooled), dim=1)
