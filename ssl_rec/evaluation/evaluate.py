@@ -170,7 +170,8 @@ def latent_neighbors(
         if len(ids) < 10 * k:
             continue
         learned = entity_vectors(backbone, name, schema.field(name).cardinality)
-        out[name] = latent_neighbor_recall(learned, gen.item_latents(name), ids, k)
+        latents, clusters = gen.item_latents(name), gen.item_clusters(name)
+        out[name] = latent_neighbor_recall(learned, latents, ids, k, clusters)
     out["mean"] = float(np.mean(list(out.values()))) if out else float("nan")
     return out
 

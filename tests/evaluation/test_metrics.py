@@ -83,3 +83,18 @@ def test_latent_neighbor_recall_perfect_and_random():
     assert random < 0.2
     sparse = np.array([[1, 0], [1, 0], [2, 0], [0, 0]])
     assert frequent_ids(sparse, 0, top=5, min_count=1).tolist() == [1, 2]
+
+
+def test_latent_neighbor_recall_by_cluster():
+    rng = np.random.default_rng(1)
+    clusters = np.repeat(np.arange(10), 20)  # 10 clusters of 20 ids
+    centroids = rng.normal(size=(10, 8))
+    latents = (centroids[clusters] + 0.01 * rng.normal(size=(200, 8))).astype(np.float32)
+    ids = np.arange(200)
+    # clustered but with noise unrelated to the latent noise: perfect by cluster
+    learned = centroids[clusters] + 0.01 * rng.normal(size=(200, 8))
+    assert latent_neighbor_recall(learned, latents, ids, 10, clusters) == 1.0
+    # the exact latent top-10 is mostly missed by the same embedding
+    assert latent_neighbor_recall(learned, latents, ids, 10) < 0.8
+    shuffled = learned[rng.permutation(200)]
+    assert latent_neighbor_recall(shuffled, latents, ids, 10, clusters) < 0.3
