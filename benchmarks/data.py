@@ -11,11 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from ssl_rec._io import atomic_write_bytes, atomic_write_json  # noqa: E402
-from ssl_rec.datamodules import (  # noqa: E402
+from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec.datamodules import (
     BatchLoader,
     CriteoDataModule,
     SyntheticConfig,
@@ -23,7 +25,7 @@ from ssl_rec.datamodules import (  # noqa: E402
     SyntheticGenerator,
     write_criteo_tsv,
 )
-from ssl_rec.datamodules.synthetic_splits import CHUNK_ROWS  # noqa: E402
+from ssl_rec.datamodules.synthetic_splits import CHUNK_ROWS
 
 
 def bench_loader(cache: str, n_rows: int, batch_sizes: list[int]) -> dict[int, float]:

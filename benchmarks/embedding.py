@@ -11,27 +11,22 @@ fixed glibc malloc settings (``MALLOC_ENV``) so no kernel pays page faults for i
 
 from __future__ import annotations
 
+import argparse
+import io
 import os
+import platform
+import statistics
 import sys
+import time
+from collections.abc import Callable
 
-# Running ``python benchmarks/<name>.py`` puts benchmarks/ first on sys.path, where a sibling
-# script (``ssl.py``) would shadow the standard library module that torch imports.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
+import numpy as np
+import torch
 
-import argparse  # noqa: E402
-import io  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from ssl_rec._io import atomic_write_bytes, atomic_write_json  # noqa: E402
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows  # noqa: E402
-from ssl_rec.hardware.kernels.dispatch import get_kernels  # noqa: E402
+from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
+from ssl_rec.hardware.kernels.dispatch import get_kernels
 
 CRITEO_KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,

@@ -11,27 +11,21 @@ Acceptance (Yang et al., 2020, https://arxiv.org/abs/2010.11305): INT8 + 5% cach
 
 from __future__ import annotations
 
+import argparse
+import io
 import os
-import sys
+import time
+from functools import partial
 
-# Running ``python benchmarks/<name>.py`` puts benchmarks/ first on sys.path, where a sibling
-# script (``ssl.py``) would shadow the standard library module that torch imports.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
+import pytorch_lightning as pl
+import torch
 
-import argparse  # noqa: E402
-import io  # noqa: E402
-import time  # noqa: E402
-from functools import partial  # noqa: E402
-
-import pytorch_lightning as pl  # noqa: E402
-import torch  # noqa: E402
-
-from ssl_rec._io import atomic_write_bytes, atomic_write_json  # noqa: E402
-from ssl_rec.datamodules import SyntheticCTRDataModule  # noqa: E402
-from ssl_rec.hardware import TableSpec  # noqa: E402
-from ssl_rec.lightning import CTRModule  # noqa: E402
-from ssl_rec.models import Backbone, DLRMEncoder  # noqa: E402
+from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec.datamodules import SyntheticCTRDataModule
+from ssl_rec.hardware import TableSpec
+from ssl_rec.lightning import CTRModule
+from ssl_rec.models import Backbone, DLRMEncoder
 
 VARIANTS: list[tuple[str, TableSpec]] = [
     ("fp32", TableSpec("fp32")),

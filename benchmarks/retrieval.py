@@ -14,6 +14,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import faiss
 import numpy as np
 import pytorch_lightning as pl

@@ -9,20 +9,12 @@ entries to ``--json`` and an AUC-vs-fraction plot beside it.
     python benchmarks/ssl.py --quick --json benchmarks/results/ssl.json
 """
 
-# ruff: noqa: E402 (imports follow the sys.path fix below)
 from __future__ import annotations
-
-import os
-import sys
-
-# This file is called ssl.py: drop its directory from the path so that `import ssl` (done
-# by torch, wandb, urllib, ...) finds the standard library module, not this script.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
 import argparse
 import copy
 import json
+import os
 import tempfile
 import time
 import warnings
@@ -30,6 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import pytorch_lightning as pl
 import torch
 
