@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
+from _figures import save_figure
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec._io import atomic_write_json
 from ssl_rec.datamodules import (
     BatchLoader,
     CriteoDataModule,
@@ -70,9 +71,7 @@ def plot(results: dict, png: Path) -> None:
     ax.set_ylabel("loader M samples/s (1 process)")
     ax.set_title(f"Criteo preprocess: {results['criteo_preprocess_rows_per_s'] / 1e3:.0f}k rows/s")
     fig.tight_layout()
-    with tempfile.NamedTemporaryFile(suffix=".png") as f:
-        fig.savefig(f.name, dpi=100)
-        atomic_write_bytes(png, Path(f.name).read_bytes())
+    save_figure(fig, png)
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ fixed glibc malloc settings (``MALLOC_ENV``) so no kernel pays page faults for i
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import platform
 import statistics
@@ -23,8 +22,9 @@ from collections.abc import Callable
 import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import numpy as np
 import torch
+from _figures import save_figure
 
-from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec._io import atomic_write_json
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 
@@ -258,10 +258,7 @@ def write_png(path: str, result: dict) -> None:
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xlabel("speed ratio, 1 thread (>1: ssl_rec faster)")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_figure(fig, path, dpi=90)
 
 
 def print_table(result: dict) -> None:

@@ -12,7 +12,6 @@ Acceptance (Yang et al., 2020, https://arxiv.org/abs/2010.11305): INT8 + 5% cach
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import time
 from functools import partial
@@ -20,8 +19,9 @@ from functools import partial
 import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import pytorch_lightning as pl
 import torch
+from _figures import save_figure
 
-from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec._io import atomic_write_json
 from ssl_rec.datamodules import SyntheticCTRDataModule
 from ssl_rec.hardware import TableSpec
 from ssl_rec.lightning import CTRModule
@@ -89,10 +89,7 @@ def write_png(path: str, rows: list[dict]) -> None:
     ax.set_xlabel("embedding memory (MiB, optimizer state excluded)")
     ax.set_ylabel("test AUC")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_figure(fig, path)
 
 
 def main() -> None:

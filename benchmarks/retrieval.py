@@ -19,8 +19,9 @@ import faiss
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from _figures import save_figure
 
-from ssl_rec._io import atomic_write_bytes, atomic_write_json
+from ssl_rec._io import atomic_write_json
 from ssl_rec.datamodules import (
     CategoricalField,
     FeatureSchema,
@@ -156,9 +157,7 @@ def plot(results: dict, path: Path) -> None:
     axes[1].set_ylim(0, 1)
     axes[1].set_title(f"export 1M x 64: {results['export_seconds_1m']:.1f} s")
     fig.tight_layout()
-    with tempfile.NamedTemporaryFile(suffix=".png") as tmp:
-        fig.savefig(tmp.name, dpi=100)
-        atomic_write_bytes(path, Path(tmp.name).read_bytes())
+    save_figure(fig, path)
 
 
 def main() -> None:

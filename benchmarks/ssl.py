@@ -25,6 +25,7 @@ from pathlib import Path
 import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import pytorch_lightning as pl
 import torch
+from _figures import save_figure
 
 from ssl_rec.datamodules import SyntheticConfig, SyntheticCTRDataModule
 from ssl_rec.hardware import TableSpec
@@ -172,7 +173,7 @@ def plot(results: dict, path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 # Fine-tuning step of the pretrained tables' fused optimizer, per family (None: the
