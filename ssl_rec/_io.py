@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _tmp_sibling(path: Path, kind: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     maker = tempfile.mkdtemp if kind == "dir" else tempfile.mkstemp
@@ -23,6 +29,9 @@ def _tmp_sibling(path: Path, kind: str) -> Path:
     if isinstance(made, tuple):
         os.close(made[0])
         made = made[1]
+    # mkstemp/mkdtemp create private (0600/0700) entries; give the final file or directory
+    # the permissions a plain open()/mkdir() would, so other users can read exports.
+    os.chmod(made, (0o777 if kind == "dir" else 0o666) & ~_umask())
     return Path(made)
 
 
