@@ -9,11 +9,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection
 from ssl_rec.lightning.checkpoint import (
-    BACKBONE_PREFIX,
     load_backbone_weights,
-    read_checkpoint,
     unpicklable_hparams,
 )
 from ssl_rec.lightning.metrics import ctr_metrics
@@ -84,7 +81,7 @@ class CTRModule(pl.LightningModule):
         self.backbone = backbone(schema)
         self.head = CTRHead(self.backbone.output_dim, head_hidden or [])
         if init_from:
-            init_backbone_from(self.backbone, init_from)
+            load_backbone_weights(self.backbone, init_from)
             reset_table_optimizer(self.backbone)
         if embedding_lr is not None:
             self.backbone.embedding.tables.set_learning_rate(embedding_lr)
@@ -133,50 +130,6 @@ class CTRModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the feature schema so the checkpoint is readable without the data."""
         checkpoint["feature_schema"] = self.schema.to_dict()
-
-    def on_train_start(self) -> None:
-        """Embeddings update in backward only in train mode; mirror the frozen setting."""
-        if self.hparams.finetune == "linear_probe":
-            self.backbone.embedding.frozen = True
-
-
-def init_backbone_from(backbone: Backbone, path: str) -> None:
-    """Copy the backbone of checkpoint ``path`` into ``backbone``, tables at any precision.
-
-    Same table storage: the state is copied as is. Different storage (e.g. pretrained in
-    FP32, fine-tuned in INT8): every checkpoint table is read as dequantized FP32 rows
-    (its cache included) and re-quantized into this backbone's format; the dense
-    parameters and ``[MASK]`` tokens are copied exactly.
-    """
-    try:
-        load_backbone_weights(backbone, path)
-        return
-    except ValueError as same_format_error:
-        cause = same_format_error
-    state = read_checkpoint(path).get("state_dict", {})
-    prefix = BACKBONE_PREFIX + _TABLES
-    tables = MixedPrecisionEmbeddingCollection.float_tables_from_state(
-        {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)},
-        backbone.embedding.embedding_dim,
-    )
-    shapes = [tuple(t.shape) for t in tables]
-    expected = [(c, backbone.embedding.embedding_dim) for c in backbone.schema.cardinalities]
-    if shapes != expected:
-        raise ValueError(f"{cause}; its tables {shapes[:3]}... differ from {expected[:3]}...")
-    dense = {
-        k[len(BACKBONE_PREFIX) :]: v
-        for k, v in state.items()
-        if k.startswith(BACKBONE_PREFIX) and not k.startswith(prefix)
-    }
-    missing, unexpected = backbone.load_state_dict(dense, strict=False)
-    missing = [k for k in missing if not k.startswith(_TABLES)]
-    if missing or unexpected:
-        raise ValueError(f"{cause}; dense weights differ too ({missing=}, {unexpected=})")
-    for index, weight in enumerate(tables):
-        backbone.embedding.tables.load_float(index, weight)
-
-
-_TABLES = "embedding.tables."
 
 
 def reset_table_optimizer(backbone: Backbone) -> None:
