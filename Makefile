@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m ssl_rec.demo --out runs/demo
+	$(PY) -m ssl_rec.cli.demo --out runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x

@@ -18,15 +18,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from ssl_rec._io import atomic_write_json
-from ssl_rec.datamodules import (
+from ssl_rec.data import (
     BatchLoader,
     CriteoDataModule,
+    SyntheticClickModel,
     SyntheticConfig,
     SyntheticCTRDataModule,
-    SyntheticGenerator,
     write_criteo_tsv,
 )
-from ssl_rec.datamodules.synthetic_splits import CHUNK_ROWS
+from ssl_rec.data.sources.synthetic import CHUNK_ROWS
 
 
 def bench_loader(cache: str, n_rows: int, batch_sizes: list[int]) -> dict[int, float]:
@@ -44,7 +44,7 @@ def bench_loader(cache: str, n_rows: int, batch_sizes: list[int]) -> dict[int, f
 
 
 def bench_preprocess(tmp: Path, n_rows: int) -> tuple[float, float]:
-    gen = SyntheticGenerator(SyntheticConfig(cardinality_scale=0.01))
+    gen = SyntheticClickModel(SyntheticConfig(cardinality_scale=0.01))
     path = tmp / "day_0.txt"
     with open(path, "wb") as f:
         for chunk, start in enumerate(range(0, n_rows, CHUNK_ROWS)):

@@ -28,9 +28,34 @@ from ssl_rec._io import atomic_write_json
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 
-CRITEO_KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
-                 3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
-                 142572]
+CRITEO_KAGGLE = [
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+]
 DIM = 64
 MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
@@ -83,16 +108,21 @@ def lookup_cases(cards, ids, kernels) -> tuple[dict, dict]:
     fns, pairs = {}, {}
     offsets = torch.arange(ids.shape[0] + 1)
     cols = [ids[:, f].contiguous() for f in range(len(cards))]
-    for bits, op in ((8, torch.ops.quantized.embedding_bag_byte_rowwise_offsets),
-                     (4, torch.ops.quantized.embedding_bag_4bit_rowwise_offsets)):
+    for bits, op in (
+        (8, torch.ops.quantized.embedding_bag_byte_rowwise_offsets),
+        (4, torch.ops.quantized.embedding_bag_4bit_rowwise_offsets),
+    ):
         gen = torch.Generator().manual_seed(bits)
-        stores = [quantize_rows(torch.randn(c, DIM, generator=gen) * 0.05, f"int{bits}")
-                  for c in cards]
+        stores = [
+            quantize_rows(torch.randn(c, DIM, generator=gen) * 0.05, f"int{bits}") for c in cards
+        ]
         copies = [s.clone() for s in stores]
         fns[f"int{bits}_ours"] = lambda s=stores, b=bits: [
-            kernels.bag_lookup(t, b, c, offsets, DIM) for t, c in zip(s, cols, strict=True)]
+            kernels.bag_lookup(t, b, c, offsets, DIM) for t, c in zip(s, cols, strict=True)
+        ]
         fns[f"int{bits}_torch_fbgemm"] = lambda s=copies, o=op: [
-            o(t, c, offsets[:-1]) for t, c in zip(s, cols, strict=True)]
+            o(t, c, offsets[:-1]) for t, c in zip(s, cols, strict=True)
+        ]
         pairs[f"int{bits}_lookup_vs_fbgemm"] = (f"int{bits}_torch_fbgemm", f"int{bits}_ours")
     return fns, pairs
 
@@ -100,7 +130,8 @@ def lookup_cases(cards, ids, kernels) -> tuple[dict, dict]:
 def embedding_bag_step(cards: list[int], lr: float) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """26 nn.EmbeddingBag(sparse=True) + torch.optim.SGD: forward, backward, step."""
     bags = torch.nn.ModuleList(
-        torch.nn.EmbeddingBag(c, DIM, mode="sum", sparse=True) for c in cards)
+        torch.nn.EmbeddingBag(c, DIM, mode="sum", sparse=True) for c in cards
+    )
     opt = torch.optim.SGD(bags.parameters(), lr=lr)
 
     def step(ids: torch.Tensor, grad: torch.Tensor) -> None:
@@ -142,15 +173,20 @@ def fbgemm_cases(cards: list[int], lr: float) -> dict[str, Callable] | None:
     except Exception:  # noqa: BLE001 - optional comparison
         return None
     out = {}
-    for name, opt in (("sgd", EmbOptimType.EXACT_SGD),
-                      ("rowwise_adagrad", EmbOptimType.EXACT_ROWWISE_ADAGRAD)):
+    for name, opt in (
+        ("sgd", EmbOptimType.EXACT_SGD),
+        ("rowwise_adagrad", EmbOptimType.EXACT_ROWWISE_ADAGRAD),
+    ):
         specs = [(c, DIM, EmbeddingLocation.HOST, ComputeDevice.CPU) for c in cards]
         out[f"train_{name}"] = SplitTableBatchedEmbeddingBagsCodegen(
-            specs, optimizer=opt, learning_rate=lr, pooling_mode=PoolingMode.SUM)
+            specs, optimizer=opt, learning_rate=lr, pooling_mode=PoolingMode.SUM
+        )
     for bits, st in ((8, SparseType.INT8), (4, SparseType.INT4)):
         tbe = IntNBitTableBatchedEmbeddingBagsCodegen(
-            [("", c, DIM, st, EmbeddingLocation.HOST) for c in cards], device="cpu",
-            pooling_mode=PoolingMode.SUM)
+            [("", c, DIM, st, EmbeddingLocation.HOST) for c in cards],
+            device="cpu",
+            pooling_mode=PoolingMode.SUM,
+        )
         tbe.fill_random_weights()
         out[f"int{bits}"] = tbe
     return out
@@ -178,8 +214,10 @@ def train_steps(cards: list[int], lr: float, fb: dict | None) -> dict[str, Calla
     bag = embedding_bag_step(cards, lr)
     steps: dict[str, Callable] = {"embeddingbag_sgd": lambda b: bag(b["ids"], b["grad"])}
     for opt in ("sgd", "rowwise_adagrad"):
-        cases = (("int8_cache5", TableSpec("int8", 0.05, optimizer=opt, learning_rate=lr)),
-                 ("fp32", TableSpec("fp32", optimizer=opt, learning_rate=lr)))
+        cases = (
+            ("int8_cache5", TableSpec("int8", 0.05, optimizer=opt, learning_rate=lr)),
+            ("fp32", TableSpec("fp32", optimizer=opt, learning_rate=lr)),
+        )
         for kind, spec in cases:
             step = ours_step(cards, spec)
             steps[f"ours_{kind}_{opt}"] = lambda b, s=step: s(b["ids"], b["grad"])
@@ -187,7 +225,8 @@ def train_steps(cards: list[int], lr: float, fb: dict | None) -> dict[str, Calla
         if fb:
             tbe = fb[f"train_{opt}"]
             steps[f"fbgemm_tbe_{opt}"] = lambda b, m=tbe: m(b["flat"], b["offs"]).backward(
-                b["gflat"])
+                b["gflat"]
+            )
     return steps
 
 
@@ -196,8 +235,13 @@ def make_batch(cards: list[int], batch: int, seed: int) -> dict[str, torch.Tenso
     ids = zipf_ids(cards, batch, seed)
     grad = torch.randn(batch, len(cards), DIM, generator=torch.Generator().manual_seed(seed))
     flat, offs = tbe_inputs(ids)
-    return {"ids": ids, "grad": grad * 1e-3, "flat": flat, "offs": offs,
-            "gflat": grad.reshape(batch, -1) * 1e-3}
+    return {
+        "ids": ids,
+        "grad": grad * 1e-3,
+        "flat": flat,
+        "offs": offs,
+        "gflat": grad.reshape(batch, -1) * 1e-3,
+    }
 
 
 def ratios(times: dict[str, list[float]], fb: bool) -> dict[str, object]:
@@ -208,14 +252,18 @@ def ratios(times: dict[str, list[float]], fb: bool) -> dict[str, object]:
     }
     out["train_step_vs_fp32_embeddingbag"] = {
         opt: median_ratio(times, "embeddingbag_sgd", f"ours_int8_cache5_{opt}")
-        for opt in ("sgd", "rowwise_adagrad")}
+        for opt in ("sgd", "rowwise_adagrad")
+    }
     out["train_step_vs_ours_fp32"] = {
         opt: median_ratio(times, f"ours_fp32_{opt}", f"ours_int8_cache5_{opt}")
-        for opt in ("sgd", "rowwise_adagrad")}
+        for opt in ("sgd", "rowwise_adagrad")
+    }
     if fb:
         out["train_step_vs_fbgemm_tbe"] = {
             f"{kind}_{opt}": median_ratio(times, f"fbgemm_tbe_{opt}", f"ours_{kind}_{opt}")
-            for opt in ("sgd", "rowwise_adagrad") for kind in ("int8_cache5", "fp32")}
+            for opt in ("sgd", "rowwise_adagrad")
+            for kind in ("int8_cache5", "fp32")
+        }
         out["int8_lookup_vs_fbgemm_tbe"] = median_ratio(times, "fbgemm_tbe_int8", "int8_ours")
         out["int4_lookup_vs_fbgemm_tbe"] = median_ratio(times, "fbgemm_tbe_int4", "int4_ours")
     return out
@@ -250,7 +298,7 @@ def write_png(path: str, result: dict) -> None:
     labels, values = [], []
     for batch, res in result["one_thread"].items():
         for key, val in res["ratios"].items():
-            for sub, v in (val.items() if isinstance(val, dict) else [("", val)]):
+            for sub, v in val.items() if isinstance(val, dict) else [("", val)]:
                 labels.append(f"B={batch} {key} {sub}".strip())
                 values.append(v)
     fig, ax = plt.subplots(figsize=(10, 0.3 * len(labels) + 1.5))
@@ -286,15 +334,23 @@ def main() -> None:
     fb = fbgemm_cases(cards, lr)
     train = train_steps(cards, lr, fb)
     result = {
-        "config": {"cardinalities": cards, "cardinality_cap": cap, "dim": DIM,
-                   "ids": "Zipf(1.1) ranks hashed over each table, 8 distinct batches cycled",
-                   "scaling": f"Criteo-Kaggle cardinalities capped at {cap} rows to fit memory",
-                   "rounds": rounds, "warmup_calls": 3 + 1,
-                   "timing": "1 thread: interleaved rounds, median of per-round ratios",
-                   "malloc": MALLOC_ENV, "kernels": type(get_kernels()).__name__,
-                   "fbgemm_gpu": bool(fb), "torch": torch.__version__,
-                   "cpu": platform.processor() or platform.machine()},
-        "one_thread": {}, "two_threads": {},
+        "config": {
+            "cardinalities": cards,
+            "cardinality_cap": cap,
+            "dim": DIM,
+            "ids": "Zipf(1.1) ranks hashed over each table, 8 distinct batches cycled",
+            "scaling": f"Criteo-Kaggle cardinalities capped at {cap} rows to fit memory",
+            "rounds": rounds,
+            "warmup_calls": 3 + 1,
+            "timing": "1 thread: interleaved rounds, median of per-round ratios",
+            "malloc": MALLOC_ENV,
+            "kernels": type(get_kernels()).__name__,
+            "fbgemm_gpu": bool(fb),
+            "torch": torch.__version__,
+            "cpu": platform.processor() or platform.machine(),
+        },
+        "one_thread": {},
+        "two_threads": {},
     }
     for batch in (4096, 16384):
         result["one_thread"][batch] = run_batch(cards, batch, rounds, 1, fb, train)

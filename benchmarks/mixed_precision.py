@@ -22,7 +22,7 @@ import torch
 from _figures import save_figure
 
 from ssl_rec._io import atomic_write_json
-from ssl_rec.datamodules import SyntheticCTRDataModule
+from ssl_rec.data import SyntheticCTRDataModule
 from ssl_rec.hardware import TableSpec
 from ssl_rec.lightning import CTRModule
 from ssl_rec.models import Backbone, DLRMEncoder
@@ -40,14 +40,21 @@ VARIANTS: list[tuple[str, TableSpec]] = [
 def run_variant(name: str, spec: TableSpec, sizes: dict[str, int], epochs: int) -> dict:
     """Train and test one storage variant; return its ``rows`` entry."""
     pl.seed_everything(0, workers=True)
-    dm = SyntheticCTRDataModule(sizes["train"], sizes["val"], sizes["test"], batch_size=4096,
-                                seed=0)
+    dm = SyntheticCTRDataModule(
+        sizes["train"], sizes["val"], sizes["test"], batch_size=4096, seed=0
+    )
     encoder = partial(DLRMEncoder, bottom=(64,), top=(256, 128))
     factory = partial(Backbone, embedding_dim=16, tables=spec, encoder=encoder, seed=0)
     module = CTRModule(factory, dm.schema.to_dict(), learning_rate=1e-3)
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, limit_val_batches=0)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     start = time.perf_counter()
     trainer.fit(module, dm)
     seconds = time.perf_counter() - start
@@ -55,13 +62,18 @@ def run_variant(name: str, spec: TableSpec, sizes: dict[str, int], epochs: int) 
     tables = module.backbone.embedding.tables
     memory = tables.memory_report()["total"]
     return {
-        "name": name, "precision": spec.precision, "cache_fraction": spec.cache_fraction,
+        "name": name,
+        "precision": spec.precision,
+        "cache_fraction": spec.cache_fraction,
         "policy": spec.cache_policy if spec.cached else None,
         "stochastic_rounding": spec.stochastic_rounding,
-        "test_auc": float(metrics["test/auc"]), "test_logloss": float(metrics["test/logloss"]),
-        "memory_bytes": memory["total_bytes"], "fp32_memory_bytes": memory["fp32_bytes"],
+        "test_auc": float(metrics["test/auc"]),
+        "test_logloss": float(metrics["test/logloss"]),
+        "memory_bytes": memory["total_bytes"],
+        "fp32_memory_bytes": memory["fp32_bytes"],
         "optimizer_state_bytes": memory["optimizer_state"],
-        "hit_rate": tables.cache_stats()["hit_rate"], "train_seconds": seconds,
+        "hit_rate": tables.cache_stats()["hit_rate"],
+        "train_seconds": seconds,
     }
 
 
@@ -70,9 +82,11 @@ def acceptance(rows: list[dict]) -> dict[str, object]:
     by = {r["name"]: r for r in rows}
     base = by["fp32"]["test_auc"]
     gaps = {n: base - r["test_auc"] for n, r in by.items()}
-    return {"auc_gap_to_fp32": gaps,
-            "int8_cache5_within_0.001": all(gaps[n] <= 0.001 for n in gaps if "int8_cache5" in n),
-            "int4_cache1_within_0.003": gaps["int4_cache1_lru"] <= 0.003}
+    return {
+        "auc_gap_to_fp32": gaps,
+        "int8_cache5_within_0.001": all(gaps[n] <= 0.001 for n in gaps if "int8_cache5" in n),
+        "int4_cache1_within_0.003": gaps["int4_cache1_lru"] <= 0.003,
+    }
 
 
 def write_png(path: str, rows: list[dict]) -> None:
@@ -107,11 +121,21 @@ def main() -> None:
     print(f"{'name':24s} {'auc':>8s} {'logloss':>8s} {'MiB':>8s} {'x fp32':>7s} {'hit':>6s}")
     for r in rows:
         ratio = r["fp32_memory_bytes"] / r["memory_bytes"]
-        print(f"{r['name']:24s} {r['test_auc']:8.4f} {r['test_logloss']:8.4f} "
-              f"{r['memory_bytes'] / 2**20:8.2f} {ratio:7.2f} {r['hit_rate']:6.3f}")
-    result = {"config": {"data": "SyntheticCTRDataModule", **sizes, "epochs": epochs,
-                         "model": "configs/ctr/synthetic.yaml (DLRM, D=16)", "seed": 0},
-              "rows": rows, "acceptance": acceptance(rows)}
+        print(
+            f"{r['name']:24s} {r['test_auc']:8.4f} {r['test_logloss']:8.4f} "
+            f"{r['memory_bytes'] / 2**20:8.2f} {ratio:7.2f} {r['hit_rate']:6.3f}"
+        )
+    result = {
+        "config": {
+            "data": "SyntheticCTRDataModule",
+            **sizes,
+            "epochs": epochs,
+            "model": "configs/ctr/synthetic.yaml (DLRM, D=16)",
+            "seed": 0,
+        },
+        "rows": rows,
+        "acceptance": acceptance(rows),
+    }
     print(result["acceptance"])
     atomic_write_json(args.json, result)
     write_png(os.path.splitext(args.json)[0] + ".png", rows)

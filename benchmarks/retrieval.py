@@ -22,7 +22,7 @@ import torch
 from _figures import save_figure
 
 from ssl_rec._io import atomic_write_json
-from ssl_rec.datamodules import (
+from ssl_rec.data import (
     CategoricalField,
     FeatureSchema,
     SyntheticConfig,

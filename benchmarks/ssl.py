@@ -27,7 +27,7 @@ import pytorch_lightning as pl
 import torch
 from _figures import save_figure
 
-from ssl_rec.datamodules import SyntheticConfig, SyntheticCTRDataModule
+from ssl_rec.data import SyntheticConfig, SyntheticCTRDataModule
 from ssl_rec.hardware import TableSpec
 from ssl_rec.lightning import CTRModule, PretrainModule
 from ssl_rec.models import Backbone, DLRMEncoder
@@ -88,7 +88,7 @@ def backbone_factory(seed: int) -> partial:
 def datamodule(sizes: Sizes, **kwargs) -> SyntheticCTRDataModule:
     dm = SyntheticCTRDataModule(
         n_train=sizes.pool, n_val=sizes.n_test, n_test=sizes.n_test,
-        generator=SyntheticConfig(seed=0), **kwargs,
+        synthetic=SyntheticConfig(seed=0), **kwargs,
     )  # fmt: skip
     dm.prepare_data()
     dm.setup("fit")

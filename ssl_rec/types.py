@@ -7,8 +7,11 @@ columns, ``D`` for the embedding dimension and ``H`` for the pooled representati
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 import torch
+
+from ssl_rec.schema import FeatureSchema
 
 
 @dataclass(frozen=True)
@@ -101,3 +104,83 @@ class ObjectiveOutput:
 
     loss: torch.Tensor
     logs: dict[str, torch.Tensor | float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BackboneDims:
+    """The sizes a backbone gives the heads and objectives built on it.
+
+    Args:
+        n_fields: categorical fields ``F``.
+        n_dense: dense columns ``n_dense``.
+        embedding_dim: ``D`` of every field token.
+        output_dim: ``H`` of the pooled vector.
+        cardinalities: ids per field (including the reserved id 0), length ``F``.
+
+    """
+
+    n_fields: int
+    n_dense: int
+    embedding_dim: int
+    output_dim: int
+    cardinalities: tuple[int, ...]
+
+
+@runtime_checkable
+class EncoderProtocol(Protocol):
+    """An interaction encoder: field tokens and dense features to one pooled vector.
+
+    ``forward(field_emb float32[B, F, D], dense float32[B, n_dense])`` returns
+    ``(pooled float32[B, H], dense_emb float32[B, D] | None)``; ``output_dim`` is ``H``.
+    """
+
+    output_dim: int
+
+    def __call__(
+        self, field_emb: torch.Tensor, dense: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Encode one batch."""
+        ...
+
+
+@runtime_checkable
+class BackboneProtocol(Protocol):
+    """What objectives, views, probes and exports may use of a backbone.
+
+    ``embed`` looks ids up (``[MASK]`` tokens where ``field_mask`` is set), ``encode`` runs the
+    interaction encoder, calling the backbone does both; ``entity_vectors`` reads table rows;
+    ``clone_encoder`` / ``update_encoder_copy`` keep a momentum copy of the encoder.
+    """
+
+    schema: FeatureSchema
+
+    @property
+    def dims(self) -> BackboneDims:
+        """Sizes of the fields, tokens and pooled vector."""
+        ...
+
+    def __call__(self, batch: Batch, field_mask: torch.Tensor | None = None) -> Representation:
+        """Embed and encode a batch (``field_mask bool[B, F]``: fields to hide)."""
+        ...
+
+    def embed(self, sparse: torch.Tensor, field_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``int64[B, F]`` ids to ``float32[B, F, D]`` tokens."""
+        ...
+
+    def encode(
+        self, field_emb: torch.Tensor, dense: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tokens and dense features to ``(pooled [B, H], dense_emb [B, D] | None)``."""
+        ...
+
+    def entity_vectors(self, field: str, ids: torch.Tensor) -> torch.Tensor:
+        """Table rows ``float32[n, D]`` of ``ids int64[n]`` of ``field``."""
+        ...
+
+    def clone_encoder(self) -> torch.nn.Module:
+        """A frozen copy of the encoder."""
+        ...
+
+    def update_encoder_copy(self, target: torch.nn.Module, momentum: float) -> None:
+        """Move a ``clone_encoder`` copy towards the encoder (EMA)."""
+        ...

@@ -85,7 +85,7 @@ def test_tabular_csv_through_ctr_pretrain_and_finetune(tmp_path):
     csv = tmp_path / "clicks.csv"
     _write_clicks_csv(csv)
     data = [
-        "--data", "ssl_rec.datamodules.TabularDataModule", "--data.path", str(csv),
+        "--data", "ssl_rec.data.TabularDataModule", "--data.path", str(csv),
         "--data.label", "clicked", "--data.dense", "[price]",
         "--data.categorical", "[user,item]", "--data.batch_size", "256",
         "--data.cache_dir", str(tmp_path / "cache"),

@@ -10,9 +10,9 @@ import torch
 
 import ssl_rec.objectives as objectives_module
 from ssl_rec.cli import run as cli_run
-from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
 from ssl_rec.models import Backbone, DLRMEncoder
 from ssl_rec.objectives import Objective
+from ssl_rec.schema import CategoricalField, FeatureSchema
 from ssl_rec.types import Batch
 from ssl_rec.views import View
 
@@ -122,7 +122,7 @@ def data_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_config_runs_two_steps(config: Path, data_cache: Path, tmp_path: Path) -> None:
     tiny = {"n_train": 512, "n_val": 128, "n_test": 128, "batch_size": 64,
-            "cache_dir": str(data_cache), "generator.cardinality_scale": 0.0002}  # fmt: skip
+            "cache_dir": str(data_cache), "synthetic.cardinality_scale": 0.0002}  # fmt: skip
     args = ["fit", "--config", str(config), "--trainer.fast_dev_run=2",
             "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
             *(f"--data.init_args.{k}={v}" for k, v in tiny.items())]  # fmt: skip

@@ -1,20 +1,13 @@
 """Evaluation: embedding export with FAISS indexes, loading/querying, probes and metrics."""
 
 from ssl_rec.evaluation.embedding_index import EmbeddingIndex
-from ssl_rec.evaluation.evaluate import EvalConfig, evaluate_embeddings
+from ssl_rec.evaluation.evaluate import EvalConfig, LatentTruth, evaluate_embeddings
 from ssl_rec.evaluation.export import IndexConfig, entity_vectors, export_embeddings
 from ssl_rec.evaluation.faiss_index import build_index, default_search_params, resolve_factory
 from ssl_rec.evaluation.knn_probe import knn_predict, knn_probe
 from ssl_rec.evaluation.latent_agreement import frequent_ids, latent_neighbor_recall
 from ssl_rec.evaluation.linear_probe import linear_probe
 from ssl_rec.evaluation.manifest import FORMAT_VERSION, Manifest, VectorSet
-from ssl_rec.evaluation.metrics import (
-    alignment,
-    ann_recall_at_k,
-    ndcg_at_k,
-    recall_at_k,
-    uniformity,
-)
 from ssl_rec.evaluation.representations import RepresentationSet, compute_representations
 
 __all__ = [
@@ -22,11 +15,10 @@ __all__ = [
     "EmbeddingIndex",
     "EvalConfig",
     "IndexConfig",
+    "LatentTruth",
     "Manifest",
     "RepresentationSet",
     "VectorSet",
-    "alignment",
-    "ann_recall_at_k",
     "build_index",
     "compute_representations",
     "default_search_params",
@@ -38,8 +30,5 @@ __all__ = [
     "knn_probe",
     "latent_neighbor_recall",
     "linear_probe",
-    "ndcg_at_k",
-    "recall_at_k",
     "resolve_factory",
-    "uniformity",
 ]

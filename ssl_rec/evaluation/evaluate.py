@@ -8,7 +8,7 @@ positive is its own item id; ranks come from exact search and from the approxima
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,22 +17,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from ssl_rec.datamodules.schema import FeatureSchema
-from ssl_rec.datamodules.synthetic_splits import generator_from_schema
 from ssl_rec.evaluation.export import entity_vectors
 from ssl_rec.evaluation.faiss_index import METRICS, build_index, resolve_factory
 from ssl_rec.evaluation.knn_probe import knn_probe
 from ssl_rec.evaluation.latent_agreement import frequent_ids, latent_neighbor_recall
 from ssl_rec.evaluation.linear_probe import linear_probe
-from ssl_rec.evaluation.metrics import (
-    alignment,
-    ann_recall_at_k,
-    ndcg_at_k,
-    recall_at_k,
-    uniformity,
-)
 from ssl_rec.evaluation.representations import backbone_of, compute_representations
+from ssl_rec.metrics import alignment, ann_recall_at_k, ndcg_at_k, recall_at_k, uniformity
 from ssl_rec.types import Batch
+
+# field name -> (true latent of every id float32[card, k], latent cluster int64[card]).
+LatentTruth = Callable[[str], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -75,6 +70,7 @@ def evaluate_embeddings(
     train: Iterable[Batch],
     test: Iterable[Batch],
     config: EvalConfig | None = None,
+    latent_truth: LatentTruth | None = None,
 ) -> dict[str, Any]:
     """All representation metrics of ``model`` on a train and a test loader.
 
@@ -83,16 +79,17 @@ def evaluate_embeddings(
         train: labeled training batches (e.g. ``datamodule.train_dataloader()``).
         test: labeled test batches.
         config: sizes and options (:class:`EvalConfig`).
+        latent_truth: the true latents of the data's ids when known (synthetic data:
+            ``SyntheticClickModel.latent_truth``); adds ``latent_neighbors``.
 
     Returns:
         Nested dict: ``knn_probe`` and ``linear_probe`` (``auc``, ``logloss``),
         ``geometry`` (``alignment``, ``uniformity``), ``retrieval`` (recall/NDCG@K exact and
-        approximate, ``ann_recall_at_k``), and ``latent_neighbors`` on synthetic data.
+        approximate, ``ann_recall_at_k``), and ``latent_neighbors`` given ``latent_truth``.
 
     """
     config = config or EvalConfig()
     backbone = backbone_of(model)
-    schema: FeatureSchema = backbone.schema
     tr = compute_representations(backbone, train, config.train_rows)
     te = compute_representations(backbone, test, config.test_rows)
     results: dict[str, Any] = {"rows": {"train": len(tr), "test": len(te)}}
@@ -101,8 +98,10 @@ def evaluate_embeddings(
         results["linear_probe"] = linear_probe(tr.vectors, tr.labels, te.vectors, te.labels)
     results["geometry"] = geometry(backbone, test, config)
     results["retrieval"] = retrieval(backbone, test, config)
-    if "generator" in schema.metadata:
-        results["latent_neighbors"] = latent_neighbors(backbone, train, config.train_rows)
+    if latent_truth is not None:
+        results["latent_neighbors"] = latent_neighbors(
+            backbone, train, config.train_rows, latent_truth
+        )
     return results
 
 
@@ -116,7 +115,7 @@ def geometry(backbone: nn.Module, batches: Iterable[Batch], config: EvalConfig) 
         views.append(backbone(batch).pooled)
         positives.append(backbone(batch, field_mask=mask).pooled)
     x, y = torch.cat(views)[: config.test_rows], torch.cat(positives)[: config.test_rows]
-    return {"alignment": alignment(x, y), "uniformity": uniformity(x[:4096])}
+    return {"alignment": float(alignment(x, y)), "uniformity": float(uniformity(x))}
 
 
 @torch.no_grad()
@@ -153,16 +152,20 @@ def retrieval(backbone: nn.Module, batches: Iterable[Batch], config: EvalConfig)
 
 
 def latent_neighbors(
-    model: nn.Module, train: Iterable[Batch], rows: int, k: int = 10, top: int = 1000
+    model: nn.Module,
+    train: Iterable[Batch],
+    rows: int,
+    latent_truth: LatentTruth,
+    k: int = 10,
+    top: int = 1000,
 ) -> dict[str, float]:
     """Per-field :func:`latent_neighbor_recall` among frequent training ids, and the mean.
 
-    Needs synthetic data (``schema.metadata["generator"]``); fields with fewer than
-    ``10 k`` frequent ids are skipped (with few candidates any embedding scores high).
+    Fields with fewer than ``10 k`` frequent ids are skipped (with few candidates any
+    embedding scores high).
     """
     backbone = backbone_of(model)
     schema = backbone.schema
-    gen = generator_from_schema(schema)
     sparse = np.concatenate([b.sparse.numpy() for b in _take(train, rows)])[:rows]
     out: dict[str, float] = {}
     for f, name in enumerate(schema.field_names):
@@ -170,7 +173,7 @@ def latent_neighbors(
         if len(ids) < 10 * k:
             continue
         learned = entity_vectors(backbone, name, schema.field(name).cardinality)
-        latents, clusters = gen.item_latents(name), gen.item_clusters(name)
+        latents, clusters = latent_truth(name)
         out[name] = latent_neighbor_recall(learned, latents, ids, k, clusters)
     out["mean"] = float(np.mean(list(out.values()))) if out else float("nan")
     return out

@@ -24,8 +24,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ssl_rec._io import atomic_directory, atomic_write_json
-from ssl_rec.datamodules.schema import FeatureSchema
-from ssl_rec.datamodules.vocabulary import load_vocabulary
 from ssl_rec.evaluation.faiss_index import (
     build_index,
     check_metric,
@@ -36,6 +34,8 @@ from ssl_rec.evaluation.faiss_index import (
 from ssl_rec.evaluation.manifest import MANIFEST_FILENAME, Manifest, VectorSet, file_sha256
 from ssl_rec.evaluation.representations import RepresentationSet, backbone_of
 from ssl_rec.evaluation.vector_store import encode_vectors
+from ssl_rec.schema import FeatureSchema
+from ssl_rec.vocabulary import load_vocabulary
 
 ROW_CHUNK = 65_536
 
@@ -77,13 +77,13 @@ def entity_vectors(
     model: nn.Module, field: str, cardinality: int, progress: bool = False
 ) -> np.ndarray:
     """Dequantized vector of every id ``0..cardinality-1`` of ``field``: ``float32[card, D]``."""
-    embedding = backbone_of(model).embedding
+    backbone = backbone_of(model)
     chunks = []
     starts = range(0, cardinality, ROW_CHUNK)
     with torch.no_grad():
         for start in tqdm(starts, desc=f"rows {field}", disable=not progress, unit="chunk"):
             ids = torch.arange(start, min(start + ROW_CHUNK, cardinality), dtype=torch.int64)
-            chunks.append(embedding.rows(field, ids).float().cpu().numpy())
+            chunks.append(backbone.entity_vectors(field, ids).float().cpu().numpy())
     return np.concatenate(chunks)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from ssl_rec.datamodules.oracle import binary_auc, binary_logloss
 from ssl_rec.evaluation.faiss_index import METRICS, check_metric
+from ssl_rec.metrics import binary_auc, binary_logloss
 
 
 def knn_predict(

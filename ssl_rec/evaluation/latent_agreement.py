@@ -1,4 +1,4 @@
-"""Agreement of learned entity neighbours with the synthetic generator's true neighbours.
+"""Agreement of learned entity neighbours with the true neighbours of synthetic data.
 
 On synthetic data each id of a field has a true latent vector ``v = centroid + noise``; a
 good embedding puts ids with similar latents near each other. With ``clusters`` given, an
@@ -14,7 +14,7 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from ssl_rec.evaluation.metrics import ann_recall_at_k
+from ssl_rec.metrics import ann_recall_at_k
 
 
 def _cosine_neighbors(vectors: np.ndarray, k: int) -> np.ndarray:

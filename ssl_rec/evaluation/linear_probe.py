@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.datamodules.oracle import binary_auc, binary_logloss
+from ssl_rec.metrics import binary_auc, binary_logloss
 
 
 def linear_probe(

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ssl_rec.types import Batch
+from ssl_rec.types import BackboneProtocol, Batch
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ class RepresentationSet:
         return len(self.vectors)
 
 
-def backbone_of(model: nn.Module) -> nn.Module:
+def backbone_of(model: nn.Module) -> BackboneProtocol:
     """Return the backbone of an ssl-rec LightningModule (``.backbone``), or ``model``."""
     backbone = getattr(model, "backbone", model)
-    if not hasattr(backbone, "embedding") or not callable(backbone):
+    if not isinstance(backbone, BackboneProtocol):
         raise TypeError(
             f"{type(model).__name__} is neither an ssl-rec Backbone nor a module with a "
             "`.backbone` (CTRModule, PretrainModule)"

@@ -8,13 +8,14 @@ from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 from ssl_rec.hardware.embedding import MixedPrecisionEmbedding
 from ssl_rec.hardware.inference import quantized_bag_lookup
 from ssl_rec.hardware.memory import estimate_memory
-from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows, row_bytes
-from ssl_rec.hardware.spec import OPTIMIZERS, POLICIES, PRECISIONS, TableSpec
+from ssl_rec.hardware.precision import Precision
+from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
+from ssl_rec.hardware.spec import OPTIMIZERS, POLICIES, TableSpec
 
 __all__ = [
     "OPTIMIZERS",
     "POLICIES",
-    "PRECISIONS",
+    "Precision",
     "MixedPrecisionEmbedding",
     "MixedPrecisionEmbeddingCollection",
     "TableSpec",
@@ -22,5 +23,4 @@ __all__ = [
     "estimate_memory",
     "quantize_rows",
     "quantized_bag_lookup",
-    "row_bytes",
 ]

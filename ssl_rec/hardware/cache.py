@@ -8,7 +8,7 @@ CPU caches), or, for ``lfu``, a saturating uint8 counter per slot that is halved
 whole set when one saturates (aging, bounded memory). See "Mixed-Precision Embedding Using a
 Cache" (Yang et al., 2020, https://arxiv.org/abs/2010.11305).
 
-The cache management itself runs in the kernels (``kernels.reference.prefetch`` and its
+The cache management itself runs in the kernels (``kernels.reference.train_forward`` and its
 compiled twin); this module owns the buffers, geometry and statistics.
 """
 

@@ -5,13 +5,13 @@ All tables are looked up and updated by one fused kernel call each (FBGEMM TBE s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from ssl_rec.hardware.memory import estimate_memory
-from ssl_rec.hardware.quantization import dequantize_rows, row_bytes
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable
 from ssl_rec.hardware.table_group import TableGroup
@@ -124,30 +124,83 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         """Quantize float32[R, D] ``weight`` into table ``table`` (any source precision)."""
         self.group.tables[table].load_float(weight)
 
-    @staticmethod
-    def float_tables_from_state(state: dict[str, torch.Tensor], dim: int) -> list[torch.Tensor]:
-        """FP32 ``[R, D]`` weights of every table in a ``state_dict()`` of a collection.
+    @torch.no_grad()
+    def float_weights(self) -> list[torch.Tensor]:
+        """Current FP32 ``[R, D]`` weights of every table: the store, overridden by cached rows.
 
-        Works whatever precision and cache the state was saved with (the storage format is
-        read from each store's dtype and row width); cached rows override the store, as
-        in a lookup. Lets a checkpoint be loaded into tables of another precision.
+        The source of a precision conversion: pass them to :meth:`load_float` of a collection
+        stored in another format (``from_float``-style, as torchrec's quantized modules do).
         """
-        tables = []
-        i = 0
-        while f"group.tables.{i}.store" in state:
-            prefix = f"group.tables.{i}."
-            store = state[prefix + "store"]
-            rows = dequantize_rows(store, _precision_of(store, dim), dim)
-            tags = state.get(prefix + "cache.tags")
-            if tags is not None and tags.numel():
-                sets, ways = tags.shape
-                slot = torch.arange(sets * ways)
-                row = tags.flatten().to(torch.int64) * sets + slot // ways
-                cached = tags.flatten() >= 0
-                rows[row[cached]] = state[prefix + "cache.rows"][slot[cached]].float()
-            tables.append(rows)
-            i += 1
-        return tables
+        return [
+            self.dequantize_rows(i, torch.arange(rows, dtype=torch.int64))
+            for i, rows in enumerate(self.cardinalities)
+        ]
+
+    def get_extra_state(self) -> dict:
+        """The tables' specs travel in ``state_dict()``, so a saved state says its own format."""
+        return {
+            "cardinalities": list(self.cardinalities),
+            "embedding_dim": self.embedding_dim,
+            "specs": [spec.to_dict() for spec in self.specs],
+            "seed": self.group.seed,
+        }
+
+    def set_extra_state(self, state: dict) -> None:
+        """Refuse a state saved in other formats (loading it would reinterpret the stores)."""
+        if not self.matches_state({"_extra_state": state}):
+            theirs = [str(s["precision"]) for s in state["specs"]]
+            ours = [str(s.precision) for s in self.specs]
+            raise ValueError(
+                "embedding state has other tables than this collection (precisions "
+                f"{theirs} vs {ours}); convert it with from_state_dict(...).float_weights()"
+            )
+
+    def matches_state(self, state: Mapping[str, Any]) -> bool:
+        """Whether ``state`` (a ``state_dict()``) holds tables in this collection's formats."""
+        extra = state.get("_extra_state")
+        if not isinstance(extra, Mapping):
+            return False
+        try:
+            theirs = [TableSpec(**spec).layout() for spec in extra["specs"]]
+        except (KeyError, TypeError, ValueError):
+            return False
+        return (
+            list(extra.get("cardinalities", [])) == self.cardinalities
+            and extra.get("embedding_dim") == self.embedding_dim
+            and theirs == [spec.layout() for spec in self.specs]
+        )
+
+    def weights_from_state(self, state: Mapping[str, Any]) -> list[torch.Tensor]:
+        """FP32 ``[R, D]`` weights of the tables saved in ``state``, whatever their formats."""
+        return type(self).from_state_dict(state).float_weights()
+
+    def load_weights(self, weights: Sequence[torch.Tensor]) -> None:
+        """Quantize one float32 ``[R, D]`` weight per table into this collection's formats."""
+        if len(weights) != self.num_tables:
+            raise ValueError(f"got {len(weights)} weights for {self.num_tables} tables")
+        for index, weight in enumerate(weights):
+            self.load_float(index, weight)
+
+    def reset_optimizer_state(self) -> None:
+        """Zero every table's row-wise Adagrad accumulator."""
+        for table in self.group.tables:
+            table.momentum.zero_()
+
+    @classmethod
+    def from_state_dict(
+        cls, state: Mapping[str, torch.Tensor]
+    ) -> MixedPrecisionEmbeddingCollection:
+        """Rebuild the collection that produced ``state`` (a ``state_dict()``), then load it."""
+        extra = state.get("_extra_state")
+        if not isinstance(extra, Mapping) or "specs" not in extra:
+            raise ValueError(
+                "state holds no '_extra_state' with table specs (not a saved collection)"
+            )
+        specs = [TableSpec(**spec) for spec in extra["specs"]]
+        collection = cls(list(extra["cardinalities"]), int(extra["embedding_dim"]), specs,
+                         seed=int(extra["seed"]), init_std=0.0)  # fmt: skip
+        collection.load_state_dict(state)
+        return collection
 
     def memory_report(self) -> dict:
         """Bytes per table and in total.
@@ -166,19 +219,9 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
 
     @staticmethod
     def estimate_memory(
-        cardinalities: Sequence[int], embedding_dim: int,
+        cardinalities: Sequence[int],
+        embedding_dim: int,
         specs: Sequence[TableSpec] | TableSpec = TableSpec(),  # noqa: B008
     ) -> dict:
         """``memory_report()`` of a collection that is never allocated (same byte counting)."""
         return estimate_memory(cardinalities, embedding_dim, specs)
-
-
-def _precision_of(store: torch.Tensor, dim: int) -> str:
-    """Storage format of a store tensor from its dtype and row width."""
-    floats = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-    if store.dtype in floats:
-        return floats[store.dtype]
-    for precision in ("int8", "int4", "int2"):
-        if store.shape[1] == row_bytes(precision, dim):
-            return precision
-    raise ValueError(f"store of shape {tuple(store.shape)} matches no precision for dim={dim}")

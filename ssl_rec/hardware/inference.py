@@ -40,5 +40,6 @@ def quantized_bag_lookup(
     dim = store.shape[1] - 8 if bits == 8 else (store.shape[1] - 4) * 2
     if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= store.shape[0]):
         raise IndexError(f"indices out of range [0, {store.shape[0]})")
-    return get_kernels().bag_lookup(store.contiguous(), bits, indices.contiguous(),
-                                    offsets.contiguous(), dim)
+    return get_kernels().bag_lookup(
+        store.contiguous(), bits, indices.contiguous(), offsets.contiguous(), dim
+    )

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 from ssl_rec.hardware.cache import cache_geometry, cache_metadata_bytes
 from ssl_rec.hardware.kernels.layout import CACHE_WAYS
-from ssl_rec.hardware.quantization import BITS, row_bytes
 from ssl_rec.hardware.spec import TableSpec
 
 KEYS: tuple[str, ...] = (
@@ -42,8 +41,8 @@ def table_memory(num_rows: int, dim: int, spec: TableSpec) -> dict[str, int]:
         A dict with the keys of ``KEYS``.
 
     """
-    stored = num_rows * row_bytes(spec.precision, dim)
-    scales = num_rows * (8 if spec.precision == "int8" else 4) if spec.precision in BITS else 0
+    stored = num_rows * spec.precision.row_bytes(dim)
+    scales = num_rows * spec.precision.qparam_bytes
     sets = cache_geometry(num_rows, spec)
     report = {
         "quantized_rows": stored - scales,

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int4", "int2")
+from ssl_rec._checks import check_choice, check_nonnegative, check_positive
+from ssl_rec.hardware.precision import Precision
+
 POLICIES: tuple[str, ...] = ("lru", "lfu")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "rowwise_adagrad")
 
-__all__ = ["OPTIMIZERS", "POLICIES", "PRECISIONS", "TableSpec"]
-
-
-def _check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"TableSpec.{key}={value!r} is not one of {list(allowed)}")
+__all__ = ["OPTIMIZERS", "POLICIES", "TableSpec"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,7 @@ class TableSpec:
 
     """
 
-    precision: str = "fp32"
+    precision: Precision = Precision.fp32
     cache_fraction: float = 0.0
     cache_policy: str = "lru"
     optimizer: str = "rowwise_adagrad"
@@ -53,21 +50,33 @@ class TableSpec:
     eps: float = 1e-8
 
     def __post_init__(self) -> None:
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("cache_policy", self.cache_policy, POLICIES)
-        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        owner = "TableSpec"
+        precision = check_choice(
+            owner, "precision", str(self.precision), [p.value for p in Precision]
+        )
+        object.__setattr__(self, "precision", Precision(precision))
+        check_choice(owner, "cache_policy", self.cache_policy, POLICIES)
+        check_choice(owner, "optimizer", self.optimizer, OPTIMIZERS)
         if not (0.0 <= self.cache_fraction <= 1.0):
-            raise ValueError(f"TableSpec.cache_fraction={self.cache_fraction!r} not in [0, 1]")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"TableSpec.learning_rate={self.learning_rate!r} must be > 0")
-        if not (math.isfinite(self.eps) and self.eps >= 0):
-            raise ValueError(f"TableSpec.eps={self.eps!r} must be >= 0")
+            raise ValueError(
+                f"TableSpec.cache_fraction must be in [0, 1], got {self.cache_fraction}"
+            )
+        check_positive(owner, "learning_rate", self.learning_rate)
+        check_nonnegative(owner, "eps", self.eps)
         if not isinstance(self.stochastic_rounding, bool):
             raise ValueError(
-                f"TableSpec.stochastic_rounding={self.stochastic_rounding!r} must be a bool"
+                f"TableSpec.stochastic_rounding must be a bool, got {self.stochastic_rounding!r}"
             )
+
+    def to_dict(self) -> dict:
+        """Plain-value form (precision as its name), the inverse of ``TableSpec(**d)``."""
+        return {**dataclasses.asdict(self), "precision": self.precision.value}
+
+    def layout(self) -> tuple[str, float, str, str]:
+        """What shapes the table's tensors: precision, cache fraction and policy, optimizer."""
+        return (self.precision.value, self.cache_fraction, self.cache_policy, self.optimizer)
 
     @property
     def cached(self) -> bool:
         """Whether this spec gives the table an FP32 cache (non-fp32 storage, fraction > 0)."""
-        return self.precision != "fp32" and self.cache_fraction > 0.0
+        return self.precision is not Precision.fp32 and self.cache_fraction > 0.0

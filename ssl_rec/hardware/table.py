@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware.cache import RowCache
-from ssl_rec.hardware.kernels.layout import KIND_NAMES, OPTIMIZER_CODES, POLICY_CODES
+from ssl_rec.hardware.kernels.layout import OPTIMIZER_CODES, POLICY_CODES
 from ssl_rec.hardware.memory import table_memory
-from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows, row_bytes, store_shape
+from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.spec import TableSpec
 
 INIT_CHUNK_ROWS = 1 << 16
@@ -68,13 +68,11 @@ class EmbeddingTable(nn.Module):
         super().__init__()
         if num_rows <= 0 or not 0 < dim <= MAX_DIM:
             raise ValueError(f"num_rows={num_rows} must be > 0 and dim={dim} in [1, {MAX_DIM}]")
-        if spec.precision in ("int4", "int2") and dim % (8 // int(spec.precision[3])) != 0:
-            raise ValueError(f"dim={dim} must be a multiple of {8 // int(spec.precision[3])} "
-                             f"for precision={spec.precision!r}")
+        spec.precision.check_dim(dim)
         self.num_rows, self.dim, self.spec = num_rows, dim, spec
         self.stream, self.row_offset = stream, row_offset
-        shape, dtype = store_shape(spec.precision, num_rows, dim)
-        self.register_buffer("store", _open_store(shape, dtype, store_path))
+        shape = spec.precision.store_shape(num_rows, dim)
+        self.register_buffer("store", _open_store(shape, spec.precision.dtype, store_path))
         mom_rows = num_rows if spec.optimizer == "rowwise_adagrad" else 0
         self.register_buffer("momentum", torch.zeros(mom_rows))
         self.cache = RowCache(num_rows, dim, spec)
@@ -101,7 +99,7 @@ class EmbeddingTable(nn.Module):
     def meta_row(self) -> list[int]:
         """This table's row of the kernels' ``int64[T, 8]`` metadata (``layout.META_*``)."""
         return [
-            KIND_NAMES.index(self.spec.precision),
+            self.spec.precision.code,
             POLICY_CODES[self.spec.cache_policy],
             OPTIMIZER_CODES[self.spec.optimizer],
             int(self.spec.stochastic_rounding),
@@ -121,4 +119,4 @@ class EmbeddingTable(nn.Module):
 
     def cache_stats(self) -> dict[str, float]:
         """Cache statistics of this table (see ``RowCache.cache_stats``)."""
-        return self.cache.cache_stats(row_bytes(self.spec.precision, self.dim))
+        return self.cache.cache_stats(self.spec.precision.row_bytes(self.dim))

@@ -131,8 +131,9 @@ class TableGroup(nn.Module):
         ``slots`` are the int32[B, T] hints of ``admit_and_lookup`` (results never depend
         on them).
         """
-        get_kernels().update(self.tensors(), ids, grad.float().contiguous(), self.seed,
-                             self._next_step(), slots)
+        get_kernels().update(
+            self.tensors(), ids, grad.float().contiguous(), self.seed, self._next_step(), slots
+        )
 
     def forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:
         """Look up one id per (sample, table).

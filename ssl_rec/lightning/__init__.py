@@ -9,18 +9,13 @@ from ssl_rec.lightning.checkpoint import (
 )
 from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
-from ssl_rec.lightning.metrics import Calibration, LogLoss, NormalizedEntropy, ctr_metrics
 from ssl_rec.lightning.pretrain_module import PretrainModule
 
 __all__ = [
     "CTRModule",
     "KNNProbeCallback",
-    "Calibration",
-    "LogLoss",
     "MetricsJSON",
-    "NormalizedEntropy",
     "PretrainModule",
-    "ctr_metrics",
     "load_backbone_weights",
     "load_module",
     "read_checkpoint",

@@ -11,9 +11,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
-from torch import nn
 
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection
+from ssl_rec.models.backbone import Backbone
 
 BACKBONE_PREFIX = "backbone."
 
@@ -29,14 +28,11 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict:
         raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
 
 
-def load_backbone_weights(backbone: nn.Module, path: str | os.PathLike[str]) -> None:
-    """Copy the ``backbone.*`` entries of checkpoint ``path`` into ``backbone``.
+def load_backbone_weights(backbone: Backbone, path: str | os.PathLike[str]) -> None:
+    """Load the ``backbone.*`` entries of checkpoint ``path`` (tables at any precision).
 
-    Same table storage: the state is copied as is. Different storage (e.g. pretrained in
-    FP32, fine-tuned in INT8): every checkpoint table is read as dequantized FP32 rows (its
-    cache included) and re-quantized into this backbone's format; dense parameters and
-    ``[MASK]`` tokens are copied exactly. Raises ``ValueError`` naming the missing /
-    unexpected / mis-shaped keys when neither works (different schema, dims or encoder).
+    See :meth:`ssl_rec.models.Backbone.load_weights`; raises ``ValueError`` naming the
+    checkpoint when the backbone differs (schema, dims, encoder).
     """
     state = read_checkpoint(path).get("state_dict", {})
     weights = {
@@ -44,40 +40,7 @@ def load_backbone_weights(backbone: nn.Module, path: str | os.PathLike[str]) -> 
     }
     if not weights:
         raise ValueError(f"{path}: checkpoint has no '{BACKBONE_PREFIX}*' weights")
-    mismatch = _state_mismatch(backbone.state_dict(), weights)
-    if not mismatch:
-        backbone.load_state_dict(weights)
-        return
-    tables = {k[len(_TABLES) :]: v for k, v in weights.items() if k.startswith(_TABLES)}
-    dense = {k: v for k, v in weights.items() if not k.startswith(_TABLES)}
-    own_dense = {k: v for k, v in backbone.state_dict().items() if not k.startswith(_TABLES)}
-    dim = backbone.embedding.embedding_dim
-    floats = MixedPrecisionEmbeddingCollection.float_tables_from_state(tables, dim)
-    expected = [(c, dim) for c in backbone.schema.cardinalities]
-    if _state_mismatch(own_dense, dense) or [tuple(t.shape) for t in floats] != expected:
-        raise ValueError(
-            f"{path}: backbone does not match this model ({mismatch}); use the same schema, "
-            "embedding_dim and encoder as the checkpoint"
-        )
-    backbone.load_state_dict(dense, strict=False)
-    for index, weight in enumerate(floats):
-        backbone.embedding.tables.load_float(index, weight)
-
-
-_TABLES = "embedding.tables."
-
-
-def _state_mismatch(own: Mapping[str, torch.Tensor], theirs: Mapping[str, torch.Tensor]) -> str:
-    """Describe how two state dicts differ in keys or shapes ("" when they match)."""
-    shapes = [
-        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-        for k, v in theirs.items()
-        if k in own and tuple(v.shape) != tuple(own[k].shape)
-    ]
-    missing, unexpected = sorted(set(own) - set(theirs)), sorted(set(theirs) - set(own))
-    if not (shapes or missing or unexpected):
-        return ""
-    return f"missing={missing[:5]}, unexpected={unexpected[:5]}, shapes={shapes[:5]}"
+    backbone.load_weights(weights, where=str(path))
 
 
 def schema_of(checkpoint: Mapping[str, Any]) -> dict:

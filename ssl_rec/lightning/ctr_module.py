@@ -9,11 +9,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.lightning.checkpoint import (
-    load_backbone_weights,
-    unpicklable_hparams,
-)
-from ssl_rec.lightning.metrics import ctr_metrics
+from ssl_rec.lightning.checkpoint import load_backbone_weights, unpicklable_hparams
+from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.models.heads import CTRHead
 from ssl_rec.types import Batch
@@ -79,15 +76,17 @@ class CTRModule(pl.LightningModule):
         self.save_hyperparameters(ignore=unpicklable_hparams("backbone"))
         self.schema = as_schema(schema)
         self.backbone = backbone(schema)
-        self.head = CTRHead(self.backbone.output_dim, head_hidden or [])
+        self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
         if init_from:
             load_backbone_weights(self.backbone, init_from)
-            reset_table_optimizer(self.backbone)
+            # A fresh table optimizer, like the dense one: pretraining accumulators would
+            # shrink the embedding step by an amount that depends on the pretraining objective.
+            self.backbone.reset_table_optimizer()
         if embedding_lr is not None:
-            self.backbone.embedding.tables.set_learning_rate(embedding_lr)
+            self.backbone.set_table_learning_rate(embedding_lr)
         if finetune == "linear_probe":
             self.backbone.requires_grad_(False)
-            self.backbone.embedding.frozen = True
+            self.backbone.freeze_tables()
         self.val_metrics = ctr_metrics("val/")
         self.test_metrics = ctr_metrics("test/")
 
@@ -130,17 +129,6 @@ class CTRModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the feature schema so the checkpoint is readable without the data."""
         checkpoint["feature_schema"] = self.schema.to_dict()
-
-
-def reset_table_optimizer(backbone: Backbone) -> None:
-    """Zero the tables' row-wise Adagrad state: fine-tuning starts a fresh optimizer.
-
-    The dense Adam starts fresh too; carrying the pretraining accumulators over would
-    shrink the embedding step size by an amount that depends on the pretraining objective.
-    """
-    for name, buffer in backbone.embedding.tables.named_buffers():
-        if name.endswith("momentum"):
-            buffer.zero_()
 
 
 def _labels(batch: Batch) -> torch.Tensor:

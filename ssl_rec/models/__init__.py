@@ -1,6 +1,6 @@
 """Models: field embeddings, interaction encoders (DLRM, DCNv2), heads and the Backbone."""
 
-from ssl_rec.models.backbone import Backbone, as_schema
+from ssl_rec.models.backbone import Backbone, as_schema, ema_update
 from ssl_rec.models.dcn import CrossLayer, DCNv2Encoder
 from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
 from ssl_rec.models.field_embedding import FieldEmbedding
@@ -17,4 +17,5 @@ __all__ = [
     "DotInteraction",
     "FieldEmbedding",
     "as_schema",
+    "ema_update",
 ]

@@ -77,6 +77,6 @@ class FieldEmbedding(nn.Module):
             return emb
         return torch.where(field_mask.unsqueeze(-1), self.mask_token.to(emb.dtype), emb)
 
-    def rows(self, field: str, ids: torch.Tensor) -> torch.Tensor:
-        """Current (dequantized) vectors of ``ids int64[n]`` in ``field``: ``float32[n, D]``."""
-        return self.tables.dequantize_rows(self.field_names.index(field), ids)
+    def rows(self, field: int, ids: torch.Tensor) -> torch.Tensor:
+        """Current (dequantized) ``float32[n, D]`` rows ``ids int64[n]`` of field number ``field``."""
+        return self.tables.dequantize_rows(field, ids)

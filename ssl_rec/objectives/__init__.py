@@ -6,7 +6,7 @@ the registry.
 
 from ssl_rec.objectives.adversarial_feature_replacement import AdversarialFeatureReplacement
 from ssl_rec.objectives.base import Objective
-from ssl_rec.objectives.contrastive import ProjectionHead, alignment, nt_xent, uniformity
+from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
 from ssl_rec.objectives.info_nce import InfoNCE
 from ssl_rec.objectives.masked_dense_reconstruction import MaskedDenseReconstruction
 from ssl_rec.objectives.masked_feature_prediction import MaskedFeaturePrediction
@@ -22,7 +22,5 @@ __all__ = [
     "Objective",
     "ProjectionHead",
     "ReplacedFeatureDetection",
-    "alignment",
     "nt_xent",
-    "uniformity",
 ]

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssl_rec._checks import check_nonnegative, check_positive
 from ssl_rec.objectives._candidates import gumbel_noise
 from ssl_rec.objectives._replacement import (
     FieldGenerator,
@@ -14,8 +15,8 @@ from ssl_rec.objectives._replacement import (
     detection_loss,
     replace_ids,
 )
-from ssl_rec.objectives.base import Objective, check_nonnegative, check_positive
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.objectives.base import Objective
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import RandomFieldMask, View
 
 
@@ -66,31 +67,39 @@ class AdversarialFeatureReplacement(Objective):
         self.view = view if view is not None else View(RandomFieldMask(0.3))
         self.generator_hidden = int(generator_hidden)
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the generator and the per-field discriminator head."""
-        schema, dim = backbone.schema, backbone.embedding.embedding_dim
+        dims = backbone.dims
         self.generator = FieldGenerator(
-            schema.n_fields, schema.n_dense, dim, self.generator_hidden, num_candidates=256
+            dims.n_fields,
+            dims.n_dense,
+            dims.embedding_dim,
+            self.generator_hidden,
+            num_candidates=256,
         )
-        self.discriminator = ReplacementDiscriminator(backbone.output_dim, schema.n_fields, dim)
+        self.discriminator = ReplacementDiscriminator(
+            dims.output_dim, dims.n_fields, dims.embedding_dim
+        )
 
     def generator_parameters(self) -> list[nn.Parameter]:
         """Return the generator MLP's parameters (stepped by their own optimizer)."""
         return list(self.generator.parameters())
 
-    def _propose(self, batch: Batch, backbone: nn.Module) -> tuple[Batch, Proposal, torch.Tensor]:
+    def _propose(
+        self, batch: Batch, backbone: BackboneProtocol
+    ) -> tuple[Batch, Proposal, torch.Tensor]:
         batch, mask = self.view.corrupt(batch)
         with torch.no_grad():
-            masked_emb = backbone.embedding(batch.sparse, mask)
-            emb = backbone.embedding(batch.sparse)
+            masked_emb = backbone.embed(batch.sparse, mask)
+            emb = backbone.embed(batch.sparse)
         proposal = self.generator(masked_emb, batch.dense, emb, batch.sparse, mask)
-        gen = self.view.generator(batch.sparse.device)
+        gen = self.view.rng(batch.sparse.device)
         noisy = proposal.logits + gumbel_noise(proposal.logits.shape, gen, emb.device)
         # Column 0 is the true id: never proposed, so every masked field is replaced.
         noisy[:, 0] = float("-inf")
         return batch, proposal, noisy
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Discriminator (backbone + detection head) loss on generator samples."""
         with torch.no_grad():
             batch, proposal, noisy = self._propose(batch, backbone)
@@ -102,7 +111,7 @@ class AdversarialFeatureReplacement(Objective):
         logs["loss"] = loss.detach()
         return ObjectiveOutput(loss, logs)
 
-    def generator_loss(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def generator_loss(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Make the discriminator call the replacements original (straight-through Gumbel)."""
         batch, proposal, noisy = self._propose(batch, backbone)
         soft = (noisy / self.tau).softmax(1)
@@ -110,9 +119,9 @@ class AdversarialFeatureReplacement(Objective):
         choice = hard - soft.detach() + soft
         new_emb = proposal.mix(choice)
         with torch.no_grad():
-            field_emb = backbone.embedding(batch.sparse)
+            field_emb = backbone.embed(batch.sparse)
         field_emb = field_emb.index_put((proposal.rows, proposal.fields), new_emb)
-        pooled, _ = backbone.encoder(field_emb, batch.dense)
+        pooled, _ = backbone.encode(field_emb, batch.dense)
         logits = self.discriminator(pooled, field_emb)[proposal.rows, proposal.fields]
         fool = F.binary_cross_entropy_with_logits(logits, torch.zeros_like(logits))
         entropy, mlm = proposal.entropy(), proposal.mlm_loss()

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 
 
 class Objective(nn.Module):
     """A self-supervised loss on a batch: ``forward(batch, backbone) -> ObjectiveOutput``.
 
     Objectives take their hyperparameters in ``__init__`` and receive the sizes that depend
-    on the backbone (``H``, ``D``, ``F``, cardinalities) in :meth:`setup`, which
+    on the backbone (``backbone.dims``: ``H``, ``D``, ``F``, cardinalities) in :meth:`setup`, which
     ``PretrainModule`` calls once after building the backbone (the CLI can only link the
     data schema into the module, not into each objective).
 
@@ -24,10 +24,10 @@ class Objective(nn.Module):
 
     generator_interval: int = 1
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the layers whose sizes depend on ``backbone`` (default: nothing)."""
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Loss to minimise with respect to the backbone and this objective's own heads."""
         raise NotImplementedError
 
@@ -35,25 +35,9 @@ class Objective(nn.Module):
         """Parameters trained adversarially by :meth:`generator_loss` (default: none)."""
         return []
 
-    def generator_loss(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def generator_loss(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Loss of the generator parameters (only for objectives that declare some)."""
         raise NotImplementedError(f"{type(self).__name__} has no adversarial generator")
-
-
-def check_positive(owner: str, key: str, value: float) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` naming ``owner.key`` unless ``> 0``."""
-    value = float(value)
-    if not value > 0:
-        raise ValueError(f"{owner}.{key} must be > 0, got {value}")
-    return value
-
-
-def check_nonnegative(owner: str, key: str, value: float) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` naming ``owner.key`` unless ``>= 0``."""
-    value = float(value)
-    if not value >= 0:
-        raise ValueError(f"{owner}.{key} must be >= 0, got {value}")
-    return value
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Pure functions of the contrastive objectives: NT-Xent, alignment, uniformity."""
+"""Pieces shared by the contrastive objectives: the NT-Xent loss and the projection head."""
 
 from __future__ import annotations
 
@@ -29,25 +29,6 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
     target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(sim, target)
-
-
-def alignment(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
-    """Mean squared distance of normalized positive pairs (lower is better).
-
-    Wang & Isola, "Understanding Contrastive Representation Learning through Alignment and
-    Uniformity on the Hypersphere", ICML 2020, https://arxiv.org/abs/2005.10242 (alpha=2).
-    """
-    return (F.normalize(z1, dim=1) - F.normalize(z2, dim=1)).pow(2).sum(1).mean()
-
-
-def uniformity(z: torch.Tensor, t: float = 2.0, max_rows: int = 1024) -> torch.Tensor:
-    """``log E exp(-t ||zi - zj||^2)`` over pairs of normalized rows (lower is more uniform).
-
-    Wang & Isola 2020 (see :func:`alignment`). Estimated on the first ``max_rows`` rows:
-    all pairs of a 4096-row batch (8M distances) cost more than the training step.
-    """
-    z = F.normalize(z[:max_rows], dim=1)
-    return torch.pdist(z).pow(2).mul(-t).exp().mean().log()
 
 
 class ProjectionHead(nn.Sequential):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from torch import nn
-
-from ssl_rec.objectives.base import Objective, check_positive
-from ssl_rec.objectives.contrastive import ProjectionHead, alignment, nt_xent, uniformity
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec._checks import check_positive
+from ssl_rec.metrics import alignment, uniformity
+from ssl_rec.objectives.base import Objective
+from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import CorrelatedFieldMask, View
 
 
@@ -48,11 +48,11 @@ class InfoNCE(Objective):
         self.projection_dim, self.hidden = int(projection_dim), int(hidden)
         self.max_rows = int(max_rows)
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the projection head ``H -> projection_dim``."""
-        self.projection = ProjectionHead(backbone.output_dim, self.hidden, self.projection_dim)
+        self.projection = ProjectionHead(backbone.dims.output_dim, self.hidden, self.projection_dim)
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """NT-Xent of two views; logs alignment and uniformity."""
         batch = batch.head(self.max_rows)
         z1 = self.projection(self.view(batch, backbone).rep.pooled)
@@ -61,6 +61,6 @@ class InfoNCE(Objective):
         logs = {
             "loss": loss.detach(),
             "alignment": alignment(z1, z2).detach(),
-            "uniformity": uniformity(z1.detach()),
+            "uniformity": uniformity(z1.detach(), max_rows=1024),
         }
         return ObjectiveOutput(loss, logs)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from ssl_rec._checks import check_rate
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives.base import Objective, masked_mean
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import View
-from ssl_rec.views._checks import check_rate
 
 
 class MaskedDenseReconstruction(Objective):
@@ -37,16 +36,16 @@ class MaskedDenseReconstruction(Objective):
         self.view = view if view is not None else View()
         self.hidden = int(hidden)
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the decoder ``H -> n_dense``; the data needs dense columns."""
-        n_dense = backbone.schema.n_dense
+        n_dense = backbone.dims.n_dense
         if n_dense == 0:
             raise ValueError("MaskedDenseReconstruction needs dense columns; the schema has none")
-        self.decoder = MLP(backbone.output_dim, [self.hidden, n_dense])
+        self.decoder = MLP(backbone.dims.output_dim, [self.hidden, n_dense])
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Mean squared error of the masked dense entries."""
-        gen = self.view.generator(batch.dense.device)
+        gen = self.view.rng(batch.dense.device)
         dense_mask = torch.rand(batch.dense.shape, generator=gen, device=batch.dense.device)
         dense_mask = dense_mask < self.mask_rate
         masked = batch.with_features(dense=batch.dense.masked_fill(dense_mask, 0.0))

@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssl_rec._checks import check_positive
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives._candidates import candidate_logits
-from ssl_rec.objectives.base import Objective, check_positive
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.objectives.base import Objective
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import RandomFieldMask, View
 
 
@@ -59,18 +60,18 @@ class MaskedFeaturePrediction(Objective):
         self.num_candidates = int(num_candidates)
         self.hidden = int(hidden)
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the query decoder and the full-softmax classifiers of small fields."""
-        cards = backbone.schema.cardinalities
-        n_fields, dim = len(cards), backbone.embedding.embedding_dim
-        self.query = MLP(backbone.output_dim, [self.hidden, n_fields * dim])
+        dims = backbone.dims
+        cards, dim = dims.cardinalities, dims.embedding_dim
+        self.query = MLP(dims.output_dim, [self.hidden, dims.n_fields * dim])
         small = [f for f, c in enumerate(cards) if c <= self.full_softmax_max]
         self.small_fields = small
         self.classifiers = nn.ModuleList(nn.Linear(dim, cards[f]) for f in small)
         large = torch.tensor([c > self.full_softmax_max for c in cards])
         self.register_buffer("large_field", large, persistent=False)
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Cross-entropy of the masked fields' true ids (mean over masked positions)."""
         out = self.view(batch, backbone)
         b, n_fields = batch.sparse.shape
@@ -91,7 +92,7 @@ class MaskedFeaturePrediction(Objective):
         if rows.numel():
             # Second lookup of the unmasked ids: targets and negatives share the tables, so
             # this loss also trains the embeddings (gradients reach them through the lookup).
-            emb = F.normalize(backbone.embedding.tables(batch.sparse), dim=-1)
+            emb = F.normalize(backbone.embed(batch.sparse), dim=-1)
             cand = min(self.num_candidates, b)
             logits = candidate_logits(
                 F.normalize(query[rows, fields], dim=-1) / self.temperature,

@@ -6,13 +6,14 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from ssl_rec.objectives.base import Objective, check_positive
-from ssl_rec.objectives.contrastive import ProjectionHead, alignment, uniformity
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec._checks import check_positive, check_rate
+from ssl_rec.metrics import alignment, uniformity
+from ssl_rec.models.backbone import ema_update
+from ssl_rec.objectives.base import Objective
+from ssl_rec.objectives.contrastive import ProjectionHead
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import CorrelatedFieldMask, View
-from ssl_rec.views._checks import check_rate
 
 
 class MomentumContrast(Objective):
@@ -61,28 +62,24 @@ class MomentumContrast(Objective):
         self.projection_dim, self.queue_size = int(projection_dim), int(queue_size)
         self.max_rows = int(max_rows)
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the projection head, its momentum twin, the key encoder and the queue."""
-        self.projection = ProjectionHead(backbone.output_dim, 128, self.projection_dim)
-        self.key_encoder = copy.deepcopy(backbone.encoder).requires_grad_(False)
+        self.projection = ProjectionHead(backbone.dims.output_dim, 128, self.projection_dim)
+        self.key_encoder = backbone.clone_encoder()
         self.key_projection = copy.deepcopy(self.projection).requires_grad_(False)
         queue = F.normalize(torch.randn(self.queue_size, self.projection_dim), dim=1)
         self.register_buffer("queue", queue)
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
-    def _momentum_update(self, backbone: nn.Module) -> None:
-        pairs = ((backbone.encoder, self.key_encoder), (self.projection, self.key_projection))
-        for online, target in pairs:
-            for p, k in zip(online.parameters(), target.parameters(), strict=True):
-                k.lerp_(p.detach(), 1.0 - self.momentum)
-            for b, kb in zip(online.buffers(), target.buffers(), strict=True):
-                kb.copy_(b)
+    def _momentum_update(self, backbone: BackboneProtocol) -> None:
+        backbone.update_encoder_copy(self.key_encoder, self.momentum)
+        ema_update(self.key_projection, self.projection, self.momentum)
 
     @torch.no_grad()
-    def _keys(self, batch: Batch, backbone: nn.Module) -> torch.Tensor:
+    def _keys(self, batch: Batch, backbone: BackboneProtocol) -> torch.Tensor:
         batch, mask = self.view.corrupt(batch)
-        field_emb = backbone.embedding(batch.sparse, mask)
+        field_emb = backbone.embed(batch.sparse, mask)
         pooled, _ = self.key_encoder(field_emb, batch.dense)
         return F.normalize(self.key_projection(pooled), dim=1)
 
@@ -94,7 +91,7 @@ class MomentumContrast(Objective):
         self.queue[idx] = keys
         self.queue_ptr.fill_((ptr + n) % self.queue_size)
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """InfoNCE of each query against its key (positive) and the queue (negatives)."""
         batch = batch.head(self.max_rows)
         if self.training:
@@ -111,6 +108,6 @@ class MomentumContrast(Objective):
         logs = {
             "loss": loss.detach(),
             "alignment": alignment(q, k).detach(),
-            "uniformity": uniformity(q.detach()),
+            "uniformity": uniformity(q.detach(), max_rows=1024),
         }
         return ObjectiveOutput(loss, logs)

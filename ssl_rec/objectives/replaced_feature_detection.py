@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
+from ssl_rec._checks import check_nonnegative, check_positive
 from ssl_rec.objectives._candidates import gumbel_noise
 from ssl_rec.objectives._replacement import (
     FieldGenerator,
@@ -13,8 +13,8 @@ from ssl_rec.objectives._replacement import (
     detection_loss,
     replace_ids,
 )
-from ssl_rec.objectives.base import Objective, check_nonnegative, check_positive
-from ssl_rec.types import Batch, ObjectiveOutput
+from ssl_rec.objectives.base import Objective
+from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import RandomFieldMask, View
 
 
@@ -60,27 +60,33 @@ class ReplacedFeatureDetection(Objective):
         self.view = view if view is not None else View(RandomFieldMask(0.3))
         self.generator_hidden, self.num_candidates = int(generator_hidden), int(num_candidates)
 
-    def setup(self, backbone: nn.Module) -> None:
+    def setup(self, backbone: BackboneProtocol) -> None:
         """Build the generator and the per-field discriminator head."""
-        schema, dim = backbone.schema, backbone.embedding.embedding_dim
+        dims = backbone.dims
         self.generator = FieldGenerator(
-            schema.n_fields, schema.n_dense, dim, self.generator_hidden, self.num_candidates
+            dims.n_fields,
+            dims.n_dense,
+            dims.embedding_dim,
+            self.generator_hidden,
+            self.num_candidates,
         )
-        self.discriminator = ReplacementDiscriminator(backbone.output_dim, schema.n_fields, dim)
+        self.discriminator = ReplacementDiscriminator(
+            dims.output_dim, dims.n_fields, dims.embedding_dim
+        )
 
-    def propose(self, batch: Batch, backbone: nn.Module) -> tuple[Batch, Proposal]:
+    def propose(self, batch: Batch, backbone: BackboneProtocol) -> tuple[Batch, Proposal]:
         """Corrupt/mask ``batch`` with the view and score replacement candidates."""
         batch, mask = self.view.corrupt(batch)
         with torch.no_grad():
-            masked_emb = backbone.embedding(batch.sparse, mask)
-            emb = backbone.embedding(batch.sparse)
+            masked_emb = backbone.embed(batch.sparse, mask)
+            emb = backbone.embed(batch.sparse)
         return batch, self.generator(masked_emb, batch.dense, emb, batch.sparse, mask)
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ObjectiveOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Discriminator BCE (balanced) plus ``generator_weight`` times the generator's MLM."""
         batch, proposal = self.propose(batch, backbone)
         with torch.no_grad():
-            gen = self.view.generator(batch.sparse.device)
+            gen = self.view.rng(batch.sparse.device)
             noise = gumbel_noise(proposal.logits.shape, gen, proposal.logits.device)
             choice = (proposal.logits / self.sample_temperature + noise).argmax(1)
         corrupted = replace_ids(batch.sparse, proposal, choice)

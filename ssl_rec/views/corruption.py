@@ -1,6 +1,6 @@
 """Feature corruptions applied to a batch inside the model step (batched tensor ops).
 
-Each corruption is a small ``nn.Module`` with ``forward(batch, generator) -> Batch`` so a
+Each corruption is a small ``nn.Module`` with ``forward(batch, rng) -> Batch`` so a
 :class:`~ssl_rec.views.View` can chain any of them from YAML.
 """
 
@@ -9,17 +9,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ssl_rec._checks import check_rate
 from ssl_rec.types import Batch
-from ssl_rec.views._checks import check_rate
 
 
-def id_dropout(sparse: torch.Tensor, rate: float, generator: torch.Generator) -> torch.Tensor:
+def id_dropout(sparse: torch.Tensor, rate: float, rng: torch.Generator) -> torch.Tensor:
     """Replace each id by the missing/OOV id 0 with probability ``rate``: ``int64[B, F]``."""
-    drop = torch.rand(sparse.shape, generator=generator, device=sparse.device) < rate
+    drop = torch.rand(sparse.shape, generator=rng, device=sparse.device) < rate
     return sparse.masked_fill(drop, 0)
 
 
-def feature_swap(sparse: torch.Tensor, rate: float, generator: torch.Generator) -> torch.Tensor:
+def feature_swap(sparse: torch.Tensor, rate: float, rng: torch.Generator) -> torch.Tensor:
     """With probability ``rate`` per entry, take the field's id from another random row.
 
     Swapping within the batch keeps every field's marginal distribution while breaking the
@@ -27,21 +27,21 @@ def feature_swap(sparse: torch.Tensor, rate: float, generator: torch.Generator) 
     https://arxiv.org/abs/2106.15147). Returns ``int64[B, F]``.
     """
     b, f = sparse.shape
-    swap = torch.rand(b, f, generator=generator, device=sparse.device) < rate
-    donor = torch.randint(0, b, (b, f), generator=generator, device=sparse.device)
+    swap = torch.rand(b, f, generator=rng, device=sparse.device) < rate
+    donor = torch.randint(0, b, (b, f), generator=rng, device=sparse.device)
     return torch.where(swap, sparse.gather(0, donor), sparse)
 
 
 def dense_corruption(
-    dense: torch.Tensor, noise_std: float, mask_rate: float, generator: torch.Generator
+    dense: torch.Tensor, noise_std: float, mask_rate: float, rng: torch.Generator
 ) -> torch.Tensor:
     """Add Gaussian noise (std ``noise_std``) and zero each entry w.p. ``mask_rate``."""
     out = dense
     if noise_std > 0:
-        noise = torch.randn(dense.shape, generator=generator, device=dense.device)
+        noise = torch.randn(dense.shape, generator=rng, device=dense.device)
         out = out + noise_std * noise
     if mask_rate > 0:
-        drop = torch.rand(dense.shape, generator=generator, device=dense.device) < mask_rate
+        drop = torch.rand(dense.shape, generator=rng, device=dense.device) < mask_rate
         out = out.masked_fill(drop, 0.0)
     return out
 
@@ -60,9 +60,9 @@ class IdDropout(nn.Module):
         super().__init__()
         self.rate = check_rate("IdDropout", "rate", rate)
 
-    def forward(self, batch: Batch, generator: torch.Generator) -> Batch:
+    def forward(self, batch: Batch, rng: torch.Generator) -> Batch:
         """Corrupt ``batch.sparse``."""
-        return batch.with_features(sparse=id_dropout(batch.sparse, self.rate, generator))
+        return batch.with_features(sparse=id_dropout(batch.sparse, self.rate, rng))
 
 
 class FeatureSwap(nn.Module):
@@ -77,9 +77,9 @@ class FeatureSwap(nn.Module):
         super().__init__()
         self.rate = check_rate("FeatureSwap", "rate", rate)
 
-    def forward(self, batch: Batch, generator: torch.Generator) -> Batch:
+    def forward(self, batch: Batch, rng: torch.Generator) -> Batch:
         """Corrupt ``batch.sparse``."""
-        return batch.with_features(sparse=feature_swap(batch.sparse, self.rate, generator))
+        return batch.with_features(sparse=feature_swap(batch.sparse, self.rate, rng))
 
 
 class DenseNoise(nn.Module):
@@ -98,8 +98,8 @@ class DenseNoise(nn.Module):
         self.std = float(std)
         self.mask_rate = check_rate("DenseNoise", "mask_rate", mask_rate)
 
-    def forward(self, batch: Batch, generator: torch.Generator) -> Batch:
+    def forward(self, batch: Batch, rng: torch.Generator) -> Batch:
         """Corrupt ``batch.dense``."""
         return batch.with_features(
-            dense=dense_corruption(batch.dense, self.std, self.mask_rate, generator)
+            dense=dense_corruption(batch.dense, self.std, self.mask_rate, rng)
         )

@@ -11,11 +11,11 @@ import math
 import torch
 from torch import nn
 
-from ssl_rec.views._checks import check_rate
+from ssl_rec._checks import check_rate
 
 
 def random_field_mask(
-    batch_size: int, n_fields: int, rate: float, generator: torch.Generator, device: torch.device
+    batch_size: int, n_fields: int, rate: float, rng: torch.Generator, device: torch.device
 ) -> torch.Tensor:
     """Mask each field of each row independently with probability ``rate``.
 
@@ -23,7 +23,7 @@ def random_field_mask(
         ``bool[B, F]``.
 
     """
-    return torch.rand(batch_size, n_fields, generator=generator, device=device) < rate
+    return torch.rand(batch_size, n_fields, generator=rng, device=device) < rate
 
 
 def field_mutual_information(sparse: torch.Tensor, buckets: int = 32) -> torch.Tensor:
@@ -74,10 +74,10 @@ class RandomFieldMask(nn.Module):
         super().__init__()
         self.rate = check_rate("RandomFieldMask", "rate", rate)
 
-    def forward(self, sparse: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def forward(self, sparse: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
         """``sparse int64[B, F] -> bool[B, F]``."""
         b, f = sparse.shape
-        return random_field_mask(b, f, self.rate, generator, sparse.device)
+        return random_field_mask(b, f, self.rate, rng, sparse.device)
 
 
 class CorrelatedFieldMask(nn.Module):
@@ -113,12 +113,12 @@ class CorrelatedFieldMask(nn.Module):
         self.register_buffer("ranking", torch.empty(0, dtype=torch.long), persistent=False)
         self._seen: list[torch.Tensor] = []
 
-    def forward(self, sparse: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def forward(self, sparse: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
         """``sparse int64[B, F] -> bool[B, F]``."""
         b, f = sparse.shape
         ranking = self.ranking if self.ranking.numel() else self._accumulate(sparse)
         k = round(self.rate * f)
-        seed = torch.randint(0, f, (b,), generator=generator, device=sparse.device)
+        seed = torch.randint(0, f, (b,), generator=rng, device=sparse.device)
         mask = torch.zeros(b, f, dtype=torch.bool, device=sparse.device)
         if k:
             mask.scatter_(1, ranking[seed, :k], True)

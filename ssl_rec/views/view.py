@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ssl_rec.types import Batch, Representation
-from ssl_rec.views._checks import check_rate
+from ssl_rec._checks import check_rate
+from ssl_rec.types import BackboneProtocol, Batch, Representation
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class View(nn.Module):
     the field embeddings before the encoder.
 
     Args:
-        masking: a field masker ``(sparse int64[B, F], generator) -> bool[B, F]`` such as
+        masking: a field masker ``(sparse int64[B, F], rng) -> bool[B, F]`` such as
             :class:`RandomFieldMask` or :class:`CorrelatedFieldMask`, or ``None``.
         corruptions: batch corruptions applied in order (:class:`IdDropout`,
             :class:`FeatureSwap`, :class:`DenseNoise`).
@@ -63,21 +63,21 @@ class View(nn.Module):
         self.corruptions = nn.ModuleList(corruptions)
         self.embedding_dropout = float(embedding_dropout)
         self.seed = int(seed)
-        self._generator: torch.Generator | None = None
+        self._rng: torch.Generator | None = None
 
-    def generator(self, device: torch.device) -> torch.Generator:
-        """Return the view's generator on ``device`` (created and seeded on first use)."""
-        if self._generator is None or self._generator.device != torch.device(device):
-            self._generator = torch.Generator(device=device).manual_seed(self.seed)
-        return self._generator
+    def rng(self, device: torch.device) -> torch.Generator:
+        """Return the view's random stream on ``device`` (created and seeded on first use)."""
+        if self._rng is None or self._rng.device != torch.device(device):
+            self._rng = torch.Generator(device=device).manual_seed(self.seed)
+        return self._rng
 
     def reseed(self) -> None:
         """Restart the random stream from ``seed`` (the next draws repeat the first ones)."""
-        self._generator = None
+        self._rng = None
 
     def corrupt(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
         """Apply the corruptions and draw the field mask: ``(batch', bool[B, F])``."""
-        gen = self.generator(batch.sparse.device)
+        gen = self.rng(batch.sparse.device)
         for corruption in self.corruptions:
             batch = corruption(batch, gen)
         if self.masking is None:
@@ -86,17 +86,17 @@ class View(nn.Module):
             mask = self.masking(batch.sparse, gen)
         return batch, mask
 
-    def forward(self, batch: Batch, backbone: nn.Module) -> ViewOutput:
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ViewOutput:
         """Corrupt ``batch`` and encode it with ``backbone``."""
         batch, mask = self.corrupt(batch)
         if self.embedding_dropout == 0.0:
             return ViewOutput(backbone(batch, mask), batch, mask)
         # Dropout sits between the lookup and the encoder, so the view calls the backbone's
-        # two stages itself (the same composition as Backbone.forward).
-        field_emb = backbone.embedding(batch.sparse, mask)
-        gen = self.generator(field_emb.device)
+        # two stages itself.
+        field_emb = backbone.embed(batch.sparse, mask)
+        gen = self.rng(field_emb.device)
         keep = torch.rand(field_emb.shape, generator=gen, device=field_emb.device)
         keep = keep >= self.embedding_dropout
         field_emb = field_emb * keep / (1.0 - self.embedding_dropout)
-        pooled, dense_emb = backbone.encoder(field_emb, batch.dense)
+        pooled, dense_emb = backbone.encode(field_emb, batch.dense)
         return ViewOutput(Representation(field_emb, pooled, dense_emb), batch, mask)

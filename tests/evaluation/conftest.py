@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
-from ssl_rec.types import Batch, Representation
+from ssl_rec.schema import CategoricalField, FeatureSchema
+from ssl_rec.types import BackboneDims, Batch, Representation
 
 
 class FakeEmbedding(nn.Module):
@@ -39,15 +39,33 @@ class FakeEmbedding(nn.Module):
 
 
 class FakeBackbone(nn.Module):
+    """Implements ``BackboneProtocol`` with a mean-pooling "encoder"."""
+
     def __init__(self, schema: FeatureSchema, dim: int = 8) -> None:
         super().__init__()
         self.schema = schema
         self.embedding = FakeEmbedding(schema, dim)
-        self.output_dim = dim
+        self.dims = BackboneDims(schema.n_fields, schema.n_dense, dim, dim,
+                                 tuple(schema.cardinalities))  # fmt: skip
+
+    def embed(self, sparse: torch.Tensor, field_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.embedding(sparse, field_mask)
+
+    def encode(self, field_emb: torch.Tensor, dense: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return field_emb.mean(1) + dense.mean(1, keepdim=True), None
+
+    def entity_vectors(self, field: str, ids: torch.Tensor) -> torch.Tensor:
+        return self.embedding.rows(field, ids)
+
+    def clone_encoder(self) -> nn.Module:
+        return nn.Identity()
+
+    def update_encoder_copy(self, target: nn.Module, momentum: float) -> None:
+        pass
 
     def forward(self, batch: Batch, field_mask: torch.Tensor | None = None) -> Representation:
-        field_emb = self.embedding(batch.sparse, field_mask)
-        return Representation(field_emb, field_emb.mean(1) + batch.dense.mean(1, keepdim=True))
+        field_emb = self.embed(batch.sparse, field_mask)
+        return Representation(field_emb, self.encode(field_emb, batch.dense)[0])
 
 
 @pytest.fixture

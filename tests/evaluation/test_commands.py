@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 
 from ssl_rec.cli import main
-from ssl_rec.datamodules import SyntheticConfig, SyntheticCTRDataModule
+from ssl_rec.data import SyntheticConfig, SyntheticCTRDataModule
 from ssl_rec.evaluation import EmbeddingIndex
 from ssl_rec.lightning import KNNProbeCallback, load_module
 
@@ -47,7 +47,7 @@ def trained(tmp_path_factory):
             *data,
         ]
     )
-    flags = ["--data.class_path", "ssl_rec.datamodules.SyntheticCTRDataModule", *data]
+    flags = ["--data.class_path", "ssl_rec.data.SyntheticCTRDataModule", *data]
     return root / "run" / "checkpoints" / "last.ckpt", flags, root / "cache"
 
 
@@ -74,10 +74,10 @@ def test_export_cli_roundtrip(trained, tmp_path):
     )
     idx = EmbeddingIndex.load(out)
     backbone = load_module(ckpt).backbone
-    rows = backbone.embedding.rows("C3", torch.arange(backbone.schema.field("C3").cardinality))
+    rows = backbone.entity_vectors("C3", torch.arange(backbone.schema.field("C3").cardinality))
     np.testing.assert_array_equal(idx.vectors("C3"), rows.numpy())
     assert backbone.embedding.specs[0].precision == "int8"
-    assert idx.vectors("split_test").shape == (500, backbone.output_dim)
+    assert idx.vectors("split_test").shape == (500, backbone.dims.output_dim)
     raw = idx.keys("C3")[7]
     np.testing.assert_array_equal(idx.vector("C3", raw), rows[7].numpy())
     manifest = json.loads((out / "manifest.json").read_text())

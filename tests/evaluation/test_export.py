@@ -29,7 +29,7 @@ def test_vector_equals_dequantized_row(tmp_path, backbone, schema, precision, at
     idx = EmbeddingIndex.load(out)
     for field in ("C1", "C2"):
         card = schema.field(field).cardinality
-        rows = backbone.embedding.rows(field, torch.arange(card)).numpy()
+        rows = backbone.entity_vectors(field, torch.arange(card)).numpy()
         got = np.stack([idx.vector(field, str(i)) for i in range(card)])
         if atol == 0.0:
             np.testing.assert_array_equal(got, rows)
@@ -51,7 +51,7 @@ def test_flat_search_matches_torch(tmp_path, backbone, schema, metric):
         progress=False,
     )
     idx = EmbeddingIndex.load(out)
-    items = backbone.embedding.rows("C1", torch.arange(50))
+    items = backbone.entity_vectors("C1", torch.arange(50))
     q = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
     scores, keys = idx.search(q.numpy(), 4, "C1")
     ref = q @ items.T if metric == "ip" else -torch.cdist(q, items).square()
@@ -105,7 +105,8 @@ def test_resolve_factory_avoids_polysemous_and_maps_precision():
 
 
 def test_auto_index_recall_on_clustered_data(tmp_path, backbone, schema):
-    from ssl_rec.evaluation import ann_recall_at_k, build_index
+    from ssl_rec.evaluation import build_index
+    from ssl_rec.metrics import ann_recall_at_k
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(200, 32)).astype(np.float32)

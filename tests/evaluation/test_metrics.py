@@ -5,17 +5,13 @@ import pytest
 import torch
 
 from ssl_rec.evaluation import (
-    alignment,
-    ann_recall_at_k,
     frequent_ids,
     knn_predict,
     knn_probe,
     latent_neighbor_recall,
     linear_probe,
-    ndcg_at_k,
-    recall_at_k,
-    uniformity,
 )
+from ssl_rec.metrics import alignment, ann_recall_at_k, ndcg_at_k, recall_at_k, uniformity
 
 
 def test_recall_at_k_hand_computed():

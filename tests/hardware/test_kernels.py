@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
+from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, Precision, TableSpec, quantize_rows
 from ssl_rec.hardware.kernels import reference
 from ssl_rec.hardware.kernels.dispatch import CompiledKernels, get_kernels, load_compiled
 
@@ -28,19 +28,20 @@ def compiled():
 
 
 def _state(t):
-    return (t.stores + t.cache_rows + t.cache_tags + t.cache_state + t.stats + t.momentum)
+    return t.stores + t.cache_rows + t.cache_tags + t.cache_state + t.stats + t.momentum
 
 
-def _lookup(kernels, t, ids, step, fused):
-    """Training lookup: fused ``train_forward`` or ``prefetch`` then ``forward``."""
-    if fused:
-        return kernels.train_forward(t, ids, 3, step)
-    kernels.prefetch(t, ids, 3, step)
-    return kernels.forward(t, ids), None
+def test_compiled_formats_agree_with_precision(compiled):
+    assert compiled._ext.num_kinds() == len(Precision)
+    for p in Precision:
+        for dim in (8, 12, 64):
+            if dim % (1 if p.is_float else 8 // p.bits) == 0:
+                assert compiled._ext.row_bytes(p.code, dim) == p.row_bytes(dim), (p, dim)
+    with pytest.raises(RuntimeError, match="unknown format"):
+        compiled._ext.row_bytes(len(Precision), 8)
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_compiled_matches_reference_over_training_steps(compiled, fused):
+def test_compiled_matches_reference_over_training_steps(compiled):
     emb = MixedPrecisionEmbeddingCollection(CARDS, 8, SPECS, seed=3)
     a, b = copy.deepcopy(emb.group), copy.deepcopy(emb.group)
     gen = torch.Generator().manual_seed(0)
@@ -48,11 +49,13 @@ def test_compiled_matches_reference_over_training_steps(compiled, fused):
         ids = torch.stack([torch.randint(0, c, (48,), generator=gen) for c in CARDS], 1)
         grad = torch.randn(48, len(CARDS), 8, generator=gen)
         ta, tb = a.tensors(), b.tensors()
-        out_a, slots_a = _lookup(reference, ta, ids, step, fused)
-        out_b, slots_b = _lookup(compiled, tb, ids, step, fused)
+        out_a, slots_a = reference.train_forward(ta, ids, 3, step)
+        out_b, slots_b = compiled.train_forward(tb, ids, 3, step)
         torch.testing.assert_close(out_b, out_a, rtol=1e-6, atol=0)
-        if fused:
-            assert torch.equal(slots_a, slots_b)
+        assert torch.equal(slots_a, slots_b)
+        torch.testing.assert_close(
+            compiled.forward(tb, ids), reference.forward(ta, ids), rtol=1e-6, atol=0
+        )
         reference.update(ta, ids, grad, 3, step, slots_a)
         compiled.update(tb, ids, grad, 3, step, slots_b)
         for x, y in zip(_state(ta), _state(tb), strict=True):
@@ -63,10 +66,13 @@ def test_compiled_matches_reference_over_training_steps(compiled, fused):
     assert int(sum(s[2] for s in a.tensors().stats)) > 0  # evictions were exercised
 
 
-@pytest.mark.parametrize("bits,op", [
-    (8, torch.ops.quantized.embedding_bag_byte_rowwise_offsets),
-    (4, torch.ops.quantized.embedding_bag_4bit_rowwise_offsets),
-])
+@pytest.mark.parametrize(
+    "bits,op",
+    [
+        (8, torch.ops.quantized.embedding_bag_byte_rowwise_offsets),
+        (4, torch.ops.quantized.embedding_bag_4bit_rowwise_offsets),
+    ],
+)
 def test_bag_lookup_matches_reference_and_fbgemm(compiled, bits, op):
     gen = torch.Generator().manual_seed(bits)
     store = quantize_rows(torch.randn(300, 32, generator=gen), f"int{bits}")
@@ -78,8 +84,9 @@ def test_bag_lookup_matches_reference_and_fbgemm(compiled, bits, op):
     ref = reference.bag_lookup(store, bits, idx, offsets, 32)
     magnitude = reference.bag_lookup(store, bits, idx, offsets, 32).abs().max() * 80
     torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6 * float(magnitude))
-    torch.testing.assert_close(ours, op(store, idx, offsets[:-1]), rtol=1e-6,
-                               atol=1e-6 * float(magnitude))
+    torch.testing.assert_close(
+        ours, op(store, idx, offsets[:-1]), rtol=1e-6, atol=1e-6 * float(magnitude)
+    )
 
 
 def test_dispatch_env(monkeypatch):

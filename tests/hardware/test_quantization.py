@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ssl_rec.hardware import TableSpec, dequantize_rows, quantize_rows, row_bytes
+from ssl_rec.hardware import Precision, TableSpec, dequantize_rows, quantize_rows
 from ssl_rec.hardware.stochastic_rounding import (
     half_round_down,
     half_round_up,
@@ -23,24 +23,28 @@ def test_packed_rows_are_fbgemm_inputs(precision, stochastic):
     w = torch.randn(64, 16, generator=gen) * 0.3
     rk = row_keys(stream_key(1, 0, 0, 0), torch.arange(64)) if stochastic else None
     packed = quantize_rows(w, precision, rk)
-    assert packed.shape == (64, row_bytes(precision, 16))
+    assert packed.shape == (64, Precision(precision).row_bytes(16))
     idx = torch.randint(0, 64, (48,), generator=gen)
     offsets = torch.arange(0, 48, 4)
-    ours = torch.zeros(12, 16).index_add_(0, torch.arange(48) // 4,
-                                          dequantize_rows(packed, precision, 16)[idx])
-    torch.testing.assert_close(FBGEMM_OPS[precision](packed, idx, offsets), ours,
-                               rtol=1e-6, atol=1e-6)
+    ours = torch.zeros(12, 16).index_add_(
+        0, torch.arange(48) // 4, dequantize_rows(packed, precision, 16)[idx]
+    )
+    torch.testing.assert_close(
+        FBGEMM_OPS[precision](packed, idx, offsets), ours, rtol=1e-6, atol=1e-6
+    )
 
 
 def test_int8_matches_fbgemm_prepack_layout():
     w = torch.randn(8, 16)
     theirs = torch.ops.quantized.embedding_bag_byte_prepack(w)
     ours = quantize_rows(w, "int8")
-    torch.testing.assert_close(dequantize_rows(theirs, "int8", 16),
-                               dequantize_rows(ours, "int8", 16), atol=2e-2, rtol=0)
+    torch.testing.assert_close(
+        dequantize_rows(theirs, "int8", 16), dequantize_rows(ours, "int8", 16), atol=2e-2, rtol=0
+    )
     # scale and bias live in the same bytes
-    torch.testing.assert_close(theirs[:, 16:].view(torch.float32), ours[:, 16:].view(torch.float32),
-                               atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(
+        theirs[:, 16:].view(torch.float32), ours[:, 16:].view(torch.float32), atol=1e-6, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4", "int2", "fp16", "bf16"])
@@ -79,8 +83,14 @@ def test_half_directed_rounding():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(precision="int3"), dict(cache_fraction=1.5), dict(cache_policy="fifo"),
-     dict(optimizer="adam"), dict(learning_rate=0.0), dict(eps=-1.0)],
+    [
+        dict(precision="int3"),
+        dict(cache_fraction=1.5),
+        dict(cache_policy="fifo"),
+        dict(optimizer="adam"),
+        dict(learning_rate=0.0),
+        dict(eps=-1.0),
+    ],
 )
 def test_table_spec_rejects_bad_values(kwargs):
     key = next(iter(kwargs))

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from ssl_rec.lightning.metrics import ctr_metrics
+from ssl_rec.metrics import ctr_metrics
 
 
 def test_ctr_metrics_match_hand_computation():

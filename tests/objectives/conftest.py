@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
 from ssl_rec.models import Backbone, DLRMEncoder
+from ssl_rec.schema import CategoricalField, FeatureSchema
 from ssl_rec.types import Batch
 
 CARDINALITIES = (5, 12, 40, 300, 3000)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ssl_rec.metrics import alignment, uniformity
+from ssl_rec.models import Backbone
 from ssl_rec.objectives import (
     AdversarialFeatureReplacement,
     InfoNCE,
@@ -10,11 +12,10 @@ from ssl_rec.objectives import (
     MaskedFeaturePrediction,
     MomentumContrast,
     ReplacedFeatureDetection,
-    alignment,
     nt_xent,
-    uniformity,
 )
 from ssl_rec.objectives._candidates import candidate_logits
+from ssl_rec.schema import FeatureSchema
 from ssl_rec.views import RandomFieldMask, View
 
 
@@ -73,9 +74,9 @@ def test_masked_feature_prediction_no_mask_gives_zero_loss(backbone, batch) -> N
 
 def test_dense_reconstruction_needs_dense_columns(backbone) -> None:
     objective = MaskedDenseReconstruction()
-    backbone.schema = type(backbone.schema)((), backbone.schema.categorical, None)
+    no_dense = Backbone(FeatureSchema((), backbone.schema.categorical, None), embedding_dim=8)
     with pytest.raises(ValueError, match="dense columns"):
-        objective.setup(backbone)
+        objective.setup(no_dense)
 
 
 def test_momentum_contrast_queue_and_key_encoder(backbone, batch) -> None:
@@ -138,5 +139,5 @@ def test_bad_hyperparameters_raise(make, match: str) -> None:
 
 def test_view_with_embedding_dropout_encodes(backbone, batch) -> None:
     out = View(RandomFieldMask(0.3), embedding_dropout=0.5, seed=0)(batch, backbone)
-    assert out.rep.pooled.shape == (batch.batch_size, backbone.output_dim)
+    assert out.rep.pooled.shape == (batch.batch_size, backbone.dims.output_dim)
     assert out.field_mask.shape == batch.sparse.shape

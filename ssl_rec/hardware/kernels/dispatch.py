@@ -34,8 +34,8 @@ def load_compiled() -> ModuleType:
     """Build (once per machine) and import the C++ extension; raises if the build fails.
 
     Returns:
-        The extension module with ``forward``, ``prefetch``, ``train_forward``, ``update``,
-        ``bag_lookup``.
+        The extension module with ``forward``, ``train_forward``, ``update``,
+        ``bag_lookup`` and ``row_bytes``.
 
     """
     from torch.utils import cpp_extension
@@ -69,12 +69,6 @@ class CompiledKernels:
         """See :func:`reference.forward`."""
         return self._ext.forward(t.stores, t.cache_rows, t.cache_tags, t.meta, ids)
 
-    def prefetch(self, t: TableTensors, ids: torch.Tensor, seed: int, step: int) -> None:
-        """See :func:`reference.prefetch`."""
-        self._ext.prefetch(
-            t.stores, t.cache_rows, t.cache_tags, t.cache_state, t.stats, t.meta, ids, seed, step
-        )
-
     def train_forward(
         self, t: TableTensors, ids: torch.Tensor, seed: int, step: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,17 +79,36 @@ class CompiledKernels:
         return out, slots
 
     def update(
-        self, t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, step: int,
+        self,
+        t: TableTensors,
+        ids: torch.Tensor,
+        grad: torch.Tensor,
+        seed: int,
+        step: int,
         slots: torch.Tensor | None = None,
     ) -> None:
         """See :func:`reference.update`."""
         self._ext.update(
-            t.stores, t.cache_rows, t.cache_tags, t.stats, t.momentum, t.meta, t.hparams,
-            ids, grad.contiguous(), _NO_SLOTS if slots is None else slots, seed, step,
+            t.stores,
+            t.cache_rows,
+            t.cache_tags,
+            t.stats,
+            t.momentum,
+            t.meta,
+            t.hparams,
+            ids,
+            grad.contiguous(),
+            _NO_SLOTS if slots is None else slots,
+            seed,
+            step,
         )
 
     def bag_lookup(
-        self, store: torch.Tensor, bits: int, indices: torch.Tensor, offsets: torch.Tensor,
+        self,
+        store: torch.Tensor,
+        bits: int,
+        indices: torch.Tensor,
+        offsets: torch.Tensor,
         dim: int,
     ) -> torch.Tensor:
         """See :func:`reference.bag_lookup`."""
@@ -121,7 +134,7 @@ def get_kernels() -> ModuleType | CompiledKernels:
 
     Returns:
         ``reference`` (a module) or a :class:`CompiledKernels`; both expose ``forward``,
-        ``prefetch``, ``train_forward``, ``update`` and ``bag_lookup`` with the same signatures.
+        ``train_forward``, ``update`` and ``bag_lookup`` with the same signatures.
 
     """
     choice = os.environ.get("SSL_REC_KERNELS", "auto")

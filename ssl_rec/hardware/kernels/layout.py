@@ -21,14 +21,13 @@ META_ROWS = 6
 META_DIM = 7
 META_COLUMNS = 8
 
-KIND_NAMES: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int4", "int2")
 POLICY_CODES: dict[str, int] = {"lru": 0, "lfu": 1}
 OPTIMIZER_CODES: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 1}
 CACHE_WAYS = 8
 EMPTY_TAG = -1
 LFU_MAX = 255
 
-__all__ = ["CACHE_WAYS", "KIND_NAMES", "TableTensors"]
+__all__ = ["CACHE_WAYS", "TableTensors"]
 
 
 class TableTensors(NamedTuple):

@@ -14,7 +14,6 @@ import torch
 from ssl_rec.hardware.kernels.layout import (
     CACHE_WAYS,
     EMPTY_TAG,
-    KIND_NAMES,
     LFU_MAX,
     META_DIM,
     META_KIND,
@@ -25,6 +24,7 @@ from ssl_rec.hardware.kernels.layout import (
     META_STREAM,
     TableTensors,
 )
+from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.stochastic_rounding import (
     PURPOSE_EVICT,
@@ -33,7 +33,7 @@ from ssl_rec.hardware.stochastic_rounding import (
     stream_key,
 )
 
-__all__ = ["bag_lookup", "find_slots", "forward", "prefetch", "train_forward", "update"]
+__all__ = ["bag_lookup", "find_slots", "forward", "train_forward", "update"]
 
 
 def find_slots(tags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,7 @@ def find_slots(tags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 
 def _lookup_table(t: TableTensors, i: int, rows: torch.Tensor) -> torch.Tensor:
-    kind, dim = KIND_NAMES[int(t.meta[i, META_KIND])], int(t.meta[i, META_DIM])
+    kind, dim = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_DIM])
     values = dequantize_rows(t.stores[i][rows], kind, dim)
     slots = find_slots(t.cache_tags[i], rows)
     hit = slots >= 0
@@ -120,23 +120,27 @@ def _victim(tags: torch.Tensor, state: torch.Tensor, policy: int, s: int) -> int
     return int(state[s].to(torch.int64).argmin())
 
 
-def _prefetch_table(
-    t: TableTensors, i: int, rows: torch.Tensor, seed: int, step: int,
-    values: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+def _admit_table(
+    t: TableTensors,
+    i: int,
+    rows: torch.Tensor,
+    seed: int,
+    step: int,
+    values: torch.Tensor,
+    slots: torch.Tensor,
 ) -> None:
     """Admit ``rows`` int64[B] into table ``i``'s cache.
 
-    When given, ``values`` float32[B, D] receives each row's FP32 value right after its
-    admission and ``slots`` int32[B] its slot.
+    ``values`` float32[B, D] receives each row's FP32 value right after its admission and
+    ``slots`` int32[B] its slot (-1 without cache).
     """
     tags, state, cache = t.cache_tags[i], t.cache_state[i], t.cache_rows[i]
     num_sets = tags.shape[0]
     if num_sets == 0:
-        if values is not None:
-            values.copy_(_lookup_table(t, i, rows))
-            slots.fill_(-1)
+        values.copy_(_lookup_table(t, i, rows))
+        slots.fill_(-1)
         return
-    kind, policy = KIND_NAMES[int(t.meta[i, META_KIND])], int(t.meta[i, META_POLICY])
+    kind, policy = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_POLICY])
     stochastic, offset = bool(t.meta[i, META_STOCHASTIC]), int(t.meta[i, META_ROW_OFFSET])
     key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_EVICT, step)
     for b, row in enumerate(rows.tolist()):
@@ -162,33 +166,18 @@ def _prefetch_table(
 
 
 def _record(values, slots, b: int, cache: torch.Tensor, slot: int) -> None:
-    if values is not None:
-        values[b] = cache[slot]
-        slots[b] = slot
-
-
-def prefetch(t: TableTensors, ids: torch.Tensor, seed: int, step: int) -> None:
-    """Admit the batch's rows into each table's cache, writing evicted rows back.
-
-    Ids are processed in sample order; a miss takes an empty way, else the pseudo-LRU
-    victim (``lru``) or the least-frequent way (``lfu``); the victim's FP32 row is written
-    to the store with stochastic rounding (purpose ``PURPOSE_EVICT``).
-
-    Args:
-        t: The tables (caches and stores are modified in place).
-        ids: int64[B, T] table-local row ids.
-        seed: RNG seed.
-        step: Step counter for the RNG.
-
-    """
-    for i in range(ids.shape[1]):
-        _prefetch_table(t, i, ids[:, i], seed, step)
+    values[b] = cache[slot]
+    slots[b] = slot
 
 
 def train_forward(
     t: TableTensors, ids: torch.Tensor, seed: int, step: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training forward: :func:`prefetch` and :func:`forward` fused into one pass.
+    """Training forward: cache admission and :func:`forward` fused into one pass.
+
+    Ids are processed in sample order; a miss takes an empty way, else the pseudo-LRU
+    victim (``lru``) or the least-frequent way (``lfu``); the victim's FP32 row is written
+    to the store with stochastic rounding (purpose ``PURPOSE_EVICT``).
 
     Each output is the row's FP32 value right after its admission (a row evicted again
     later in the same batch keeps its cached value, not the re-quantized store value).
@@ -208,7 +197,7 @@ def train_forward(
     out = torch.empty(ids.shape[0], ids.shape[1], dim)
     slots = torch.empty(ids.shape, dtype=torch.int32)
     for i in range(ids.shape[1]):
-        _prefetch_table(t, i, ids[:, i], seed, step, out[:, i], slots[:, i])
+        _admit_table(t, i, ids[:, i], seed, step, out[:, i], slots[:, i])
     return out, slots
 
 
@@ -249,7 +238,7 @@ def _update_table(t: TableTensors, i: int, rows, grad, seed: int, step: int) -> 
     cache = t.cache_rows[i]
     cache[slots[hit]] = cache[slots[hit]] - step_rows[hit]
     miss_rows = uniq[~hit]
-    kind, dim = KIND_NAMES[int(t.meta[i, META_KIND])], int(t.meta[i, META_DIM])
+    kind, dim = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_DIM])
     new = dequantize_rows(t.stores[i][miss_rows], kind, dim) - step_rows[~hit]
     rk = None
     if bool(t.meta[i, META_STOCHASTIC]):
@@ -260,7 +249,11 @@ def _update_table(t: TableTensors, i: int, rows, grad, seed: int, step: int) -> 
 
 
 def update(
-    t: TableTensors, ids: torch.Tensor, grad: torch.Tensor, seed: int, step: int,
+    t: TableTensors,
+    ids: torch.Tensor,
+    grad: torch.Tensor,
+    seed: int,
+    step: int,
     slots: torch.Tensor | None = None,
 ) -> None:
     """Fused backward: aggregate per unique row, optimizer step, write cache or store.
@@ -295,7 +288,7 @@ def bag_lookup(
         float32[B, D] sums of the dequantized rows of each bag.
 
     """
-    kind = {8: "int8", 4: "int4", 2: "int2"}[bits]
+    kind = {8: Precision.int8, 4: Precision.int4, 2: Precision.int2}[bits]
     values = dequantize_rows(store[indices], kind, dim)
     bags = torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets.diff())
     return torch.zeros(offsets.numel() - 1, dim).index_add_(0, bags, values)

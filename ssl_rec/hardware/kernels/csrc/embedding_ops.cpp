@@ -1,5 +1,5 @@
-// Compiled CPU kernels of ssl_rec.hardware: fused cache lookup + dequantize, cache
-// prefetch with write-back, fused backward (per-row aggregation, optimizer, stochastic
+// Compiled CPU kernels of ssl_rec.hardware: fused cache lookup + dequantize, fused
+// training forward (cache admission with write-back), fused backward (per-row aggregation, optimizer, stochastic
 // rounding) and the INT8/INT4 inference bag lookup. Every function mirrors
 // ssl_rec/hardware/kernels/reference.py operation by operation (no FMA except in the
 // inference lookup), so results are bit-identical to the reference.
@@ -156,48 +156,6 @@ inline void prefetch_miss(const Cache& c, int policy, const torch::Tensor& store
 
 }  // namespace
 
-void prefetch(std::vector<torch::Tensor> stores, std::vector<torch::Tensor> cache_rows,
-              std::vector<torch::Tensor> cache_tags, std::vector<torch::Tensor> cache_state,
-              std::vector<torch::Tensor> stats, torch::Tensor meta, torch::Tensor ids, int64_t seed,
-              int64_t step) {
-  const int64_t B = ids.size(0), F = ids.size(1);
-  auto m = meta.accessor<int64_t, 2>();
-  const int64_t* idp = ids.data_ptr<int64_t>();
-  at::parallel_for(0, F, 1, [&](int64_t fb, int64_t fe) {
-    for (int64_t f = fb; f < fe; ++f) {
-      Cache c = cache_of(cache_rows, cache_tags, &cache_state, f);
-      if (c.sets == 0) continue;
-      const int kind = static_cast<int>(m[f][kKind]), policy = static_cast<int>(m[f][kPolicy]);
-      const bool sr = m[f][kStochastic] != 0;
-      const int64_t dim = m[f][kDim], offset = m[f][kRowOffset];
-      const uint32_t key = stream_key(seed, m[f][kStream], 1, step);
-      int64_t* st = stats[f].data_ptr<int64_t>();
-      for (int64_t b = 0; b < B; ++b) {
-        int64_t row = idp[b * F + f], s = row % c.sets, q = row / c.sets;
-        if (b + kAhead < B) prefetch_miss(c, policy, stores[f], idp[(b + kAhead) * F + f], dim);
-        int64_t slot = c.find(row);
-        if (slot >= 0) {
-          st[0] += 1;
-          touch(c, policy, s, static_cast<int>(slot % kWays), false);
-          continue;
-        }
-        st[1] += 1;
-        int way = victim(c, policy, s);
-        slot = s * kWays + way;
-        float* crow = c.rows + slot * dim;
-        if (c.tags[slot] != -1) {
-          int64_t old = static_cast<int64_t>(c.tags[slot]) * c.sets + s;
-          quant_row(kind, crow, dim, row_ptr(stores[f], old), sr, row_key(key, old + offset));
-          st[2] += 1;
-        }
-        dequant_row(kind, row_ptr(stores[f], row), dim, crow);
-        c.tags[slot] = static_cast<int16_t>(q);
-        touch(c, policy, s, way, true);
-      }
-    }
-  });
-}
-
 namespace {
 
 // One (sample, table) of the fused training forward: admit `row` (hit: touch; miss: evict
@@ -278,7 +236,7 @@ void train_forward_range(std::vector<TrainTable>& ts, const int64_t* idp, int64_
 
 }  // namespace
 
-// Fused training forward over all tables: `prefetch` and `forward` in one pass, each output
+// Fused training forward over all tables: cache admission and `forward` in one pass, each output
 // being the row's value right after its admission. Returns (float32[B, F, D] values,
 // int32[B, F] cache slots, -1 for uncached tables) — the slots are backward's hints.
 std::vector<torch::Tensor> train_forward(
@@ -581,8 +539,9 @@ torch::Tensor bag_lookup(torch::Tensor store, int64_t bits, torch::Tensor indice
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "fused cache lookup + dequantize over all tables");
-  m.def("prefetch", &prefetch, "admit rows into the caches, write evicted rows back");
   m.def("train_forward", &train_forward, "fused admission + lookup, returns values and slots");
   m.def("update", &update, "fused backward: aggregate, optimizer step, cache/store write");
   m.def("bag_lookup", &bag_lookup, "INT8/INT4 sum-pooled inference lookup");
+  m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
+  m.def("num_kinds", [] { return static_cast<int64_t>(kNumKinds); }, "number of formats");
 }

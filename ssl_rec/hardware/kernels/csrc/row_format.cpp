@@ -18,7 +18,8 @@ namespace {
 constexpr int kWays = 8;
 constexpr int kLfuMax = 255;
 constexpr int64_t kMaxDim = 2048;
-enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5 };
+// Numbered as ssl_rec.hardware.precision.Precision.code (a test checks both sides agree).
+enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5, kNumKinds = 6 };
 enum Meta { kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim };
 
 inline uint32_t mix32(uint32_t x) {
@@ -80,6 +81,13 @@ inline int bits_of(int kind) { return kind == kInt8 ? 8 : kind == kInt4 ? 4 : 2;
 inline int64_t data_bytes(int bits, int64_t dim) {
   int per = 8 / bits;
   return (dim + per - 1) / per;
+}
+inline int64_t row_bytes(int64_t kind, int64_t dim) {
+  TORCH_CHECK(kind >= 0 && kind < kNumKinds, "row_bytes: unknown format ", kind);
+  if (kind == kFp32) return dim * 4;
+  if (kind == kFp16 || kind == kBf16) return dim * 2;
+  const int bits = bits_of(static_cast<int>(kind));
+  return data_bytes(bits, dim) + (bits == 8 ? 8 : 4);
 }
 
 void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {

@@ -2,16 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from ssl_rec.datamodules import (
-    BatchLoader,
-    CategoricalField,
-    CriteoDataModule,
-    FeatureSchema,
-    PreprocessOptions,
-    validate_sparse,
-)
-from ssl_rec.datamodules import preprocess as preprocess_module
-from ssl_rec.datamodules.storage import SplitWriter, open_split, split_schema
+from ssl_rec.data import BatchLoader, CriteoDataModule, PreprocessOptions, validate_sparse
+from ssl_rec.data import preprocess as preprocess_module
+from ssl_rec.data.storage import SplitWriter, open_split, split_schema
+from ssl_rec.schema import CategoricalField, FeatureSchema
 
 
 @pytest.fixture
@@ -48,9 +42,12 @@ def test_epochs_differ_and_drop_last(table):
 
 
 def test_sharding_disjoint(table):
-    shards = [np.concatenate([b.row_id.numpy() for b in
-                              BatchLoader(table, 64, shuffle=True, rank=r, world_size=3)])
-              for r in range(3)]
+    shards = [
+        np.concatenate(
+            [b.row_id.numpy() for b in BatchLoader(table, 64, shuffle=True, rank=r, world_size=3)]
+        )
+        for r in range(3)
+    ]
     assert all(len(s) == 567 for s in shards)
     assert len(set(np.concatenate(shards))) == 3 * 567
 
@@ -74,8 +71,9 @@ def test_cache_key_and_interrupted_build(tmp_path, criteo_file, monkeypatch):
     cache = str(tmp_path / "cache")
     a = CriteoDataModule(str(criteo_file), cache_dir=cache)
     same = CriteoDataModule(str(criteo_file), cache_dir=cache)
-    other = CriteoDataModule(str(criteo_file), preprocess=PreprocessOptions(min_frequency=3),
-                             cache_dir=cache)
+    other = CriteoDataModule(
+        str(criteo_file), preprocess=PreprocessOptions(min_frequency=3), cache_dir=cache
+    )
     assert a.data_dir == same.data_dir and a.data_dir != other.data_dir
 
     def boom(*args, **kwargs):
@@ -93,12 +91,17 @@ def test_cache_key_and_interrupted_build(tmp_path, criteo_file, monkeypatch):
 
 
 def test_input_change_invalidates(tmp_path, small_rows):
-    from ssl_rec.datamodules import write_criteo_tsv
+    from ssl_rec.data import write_criteo_tsv
 
     path = write_criteo_tsv(tmp_path / "d.txt", small_rows)
     first = CriteoDataModule(str(path), cache_dir=str(tmp_path / "c")).data_dir
-    write_criteo_tsv(path, type(small_rows)(*(getattr(small_rows, f)[:100] for f in (
-        "dense", "dense_missing", "sparse", "prob", "label", "user_cluster"))))
+    write_criteo_tsv(
+        path,
+        type(small_rows)(
+            *(
+                getattr(small_rows, f)[:100]
+                for f in ("dense", "dense_missing", "sparse", "prob", "label", "user_cluster")
+            )
+        ),
+    )
     assert CriteoDataModule(str(path), cache_dir=str(tmp_path / "c")).data_dir != first
-
-

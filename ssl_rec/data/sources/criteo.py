@@ -1,4 +1,4 @@
-"""The Criteo Display Advertising Challenge / Terabyte TSV layout: read and write.
+"""Criteo Display Advertising Challenge / Terabyte TSV files: the reader and the data module.
 
 One row per line, tab-separated, no header: ``label, I1..I13, C1..C26`` (40 columns), or
 39 columns without the label (Kaggle's test file). Dense values are integers (``I2`` may
@@ -11,17 +11,20 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from ssl_rec.datamodules.columns import Origin, check_on_bad_row, parse_dense, parse_label
-from ssl_rec.datamodules.raw import CodedColumn, RawPart
-from ssl_rec.datamodules.schema import CRITEO_CATEGORICAL, CRITEO_DENSE, CRITEO_LABEL
-from ssl_rec.datamodules.synthetic import SyntheticRows, render_ids
+from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.parsing import Origin, check_on_bad_row, parse_dense, parse_label
+from ssl_rec.data.preprocess import Layout, PartReader, PreprocessOptions, preprocess
+from ssl_rec.data.raw import RawPart
+from ssl_rec.data.storage import SPLIT_NAMES, file_fingerprint
+from ssl_rec.schema import CRITEO_CATEGORICAL, CRITEO_DENSE, CRITEO_LABEL, FeatureSchema
+from ssl_rec.vocabulary import CodedColumn
 
 N_COLUMNS_LABELED = 1 + len(CRITEO_DENSE) + len(CRITEO_CATEGORICAL)
 log = logging.getLogger(__name__)
@@ -149,32 +152,97 @@ def _validate(table: pa.Table, path: Path, labeled: bool, skip: bool, skipped: i
     return part
 
 
-def write_criteo_tsv(
-    path: str | os.PathLike[str], rows: SyntheticRows, with_label: bool = True
-) -> Path:
-    """Write generated rows in the exact Criteo layout (``.gz`` suffix -> gzip).
+def _natural_key(path: str) -> list[object]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", Path(path).name)]
 
-    Ids are rendered as 8-hex-digit hashes (:func:`render_ids`), id 0 and missing counts
-    as empty cells.
+
+def _day_splits(files: list[str]) -> dict[str, list[str]]:
+    if len(files) < 3:
+        raise ValueError(
+            f"splitting by file needs >= 3 files (train..., val, test), got {len(files)}: {files}"
+        )
+    files = sorted(files, key=_natural_key)
+    return {"train": files[:-2], "val": [files[-2]], "test": [files[-1]]}
+
+
+def criteo_split_files(path: str | list[str]) -> dict[str, list[str]] | None:
+    """``split -> files`` for a directory or list of Criteo files; ``None`` for one file.
+
+    A directory with ``train*`` / ``val*`` / ``test*`` files uses those names; otherwise
+    files are ordered by name (``day_0 .. day_23``) and the last two are val and test.
+    """
+    if isinstance(path, list):
+        return _day_splits([str(p) for p in path])
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"Criteo data not found: {p}")
+    if p.is_file():
+        return None
+    files = [str(q) for q in p.iterdir() if q.is_file() and not q.name.startswith(".")]
+    named: dict[str, list[str]] = {}
+    for f in files:
+        stem = Path(f).name.split(".")[0].split("_")[0].lower()
+        if stem in SPLIT_NAMES:
+            named.setdefault(SPLIT_NAMES[stem], []).append(f)
+    if "train" in named:
+        return {k: sorted(v, key=_natural_key) for k, v in named.items()}
+    return _day_splits(files)
+
+
+class CriteoDataModule(ArrowDataModule):
+    """Criteo Display Advertising Challenge / Terabyte TSV files (plain or ``.gz``).
 
     Args:
-        path: output file.
-        rows: from :meth:`SyntheticGenerator.rows`.
-        with_label: write the label column (40 columns) or not (39, like Kaggle's test).
+        path: one file (split randomly by ``preprocess`` fractions), a directory
+            (``train``/``val``/``test`` files, or days: last two = val, test), or a list of
+            files in day order.
+        has_label: whether files have the label column; ``None`` detects it per file.
+        preprocess: vocabulary, split and bad-row options.
+        batch_size: rows per batch.
+        label_fraction: fraction of training rows used with labels.
+        use_labels: ``False`` yields unlabeled batches of all training rows.
+        seed: shuffle / labeled-subset seed.
+        cache_dir: cache root.
+        drop_last: drop the last incomplete training batch.
 
     """
-    path = Path(path)
-    cols: dict[str, pa.Array] = {}
-    if with_label:
-        cols[CRITEO_LABEL] = pa.array(rows.label.astype(np.int8))
-    for j, name in enumerate(CRITEO_DENSE):
-        cols[name] = pa.array(rows.dense[:, j], mask=rows.dense_missing[:, j])
-    for f, name in enumerate(CRITEO_CATEGORICAL):
-        ids = rows.sparse[:, f]
-        cols[name] = pc.cast(pa.array(render_ids(f, ids), mask=ids == 0), pa.string())
-    options = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    codec = "gzip" if path.suffix == ".gz" else None
-    with pa.output_stream(str(path), compression=codec) as out:
-        pacsv.write_csv(pa.table(cols), out, write_options=options)
-    return path
+
+    def __init__(
+        self,
+        path: str | list[str],
+        has_label: bool | None = None,
+        preprocess: PreprocessOptions | None = None,
+        batch_size: int = 4096,
+        label_fraction: float = 1.0,
+        use_labels: bool = True,
+        seed: int = 0,
+        cache_dir: str | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, drop_last)
+        self._record_hparams(locals())
+        self.path, self.has_label = path, has_label
+        self.options = preprocess or PreprocessOptions()
+
+    cache_kind = "criteo"
+
+    def _files(self) -> tuple[dict[str, list[str]] | None, list[str]]:
+        split_files = criteo_split_files(self.path)
+        files = [str(self.path)] if split_files is None else sum(split_files.values(), [])
+        return split_files, files
+
+    def cache_inputs(self) -> dict[str, Any]:
+        """Fingerprints of the files, their split assignment and the options."""
+        split_files, files = self._files()
+        return {"files": file_fingerprint(files), "splits": split_files,
+                "has_label": self.has_label, "options": self.options.to_dict()}  # fmt: skip
+
+    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
+        """Preprocess the files into ``out_dir``."""
+        split_files, files = self._files()
+        reader = PartReader(
+            lambda p: read_criteo(p, self.has_label, self.options.on_bad_row),
+            split_files, self.options,
+        )  # fmt: skip
+        layout = Layout(CRITEO_DENSE, CRITEO_CATEGORICAL, CRITEO_LABEL)
+        return preprocess(reader, files, layout, self.options, out_dir, final_dir)

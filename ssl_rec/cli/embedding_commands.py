@@ -16,11 +16,18 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 from jsonargparse import CLI
+from pytorch_lightning.cli import instantiate_module
 
 from ssl_rec._io import atomic_write_json
-from ssl_rec.evaluation.evaluate import EvalConfig, evaluate_embeddings
-from ssl_rec.evaluation.export import IndexConfig, export_embeddings
-from ssl_rec.evaluation.representations import compute_representations
+from ssl_rec.data import SyntheticCTRDataModule
+from ssl_rec.evaluation import (
+    EvalConfig,
+    IndexConfig,
+    compute_representations,
+    evaluate_embeddings,
+    export_embeddings,
+)
+from ssl_rec.lightning.checkpoint import load_module, read_checkpoint
 
 DM_HPARAMS = "datamodule_hyper_parameters"
 
@@ -29,15 +36,11 @@ def datamodule_from(ckpt: str, data: pl.LightningDataModule | None) -> pl.Lightn
     """Return ``data`` if given, else the data module rebuilt from the checkpoint."""
     if data is not None:
         return data
-    from pytorch_lightning.cli import instantiate_module
-
-    from ssl_rec.lightning.checkpoint import read_checkpoint
-
     hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
     if "_class_path" not in hparams:
         raise ValueError(
             f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
-            "--data.class_path ssl_rec.datamodules.SyntheticCTRDataModule)"
+            "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
         )
     return instantiate_module(pl.LightningDataModule, dict(hparams))
 
@@ -83,8 +86,6 @@ def export(
         overwrite: replace an existing ``out``.
 
     """
-    from ssl_rec.lightning.checkpoint import load_module
-
     module = load_module(ckpt)
     config = IndexConfig(index, metric, precision, train_size, normalize)
     reps = None
@@ -130,13 +131,14 @@ def evaluate(
         item_field: retrieved field (default: the largest-cardinality field).
 
     """
-    from ssl_rec.lightning.checkpoint import load_module
-
     module = load_module(ckpt)
     config = EvalConfig(train_rows, test_rows, knn_k, tuple(ks or (10, 50)), index, item_field)
     datamodule = datamodule_from(ckpt, data)
+    truth = None
+    if isinstance(datamodule, SyntheticCTRDataModule):
+        truth = datamodule.click_model().latent_truth
     results = evaluate_embeddings(
-        module, split_loader(datamodule, "train"), split_loader(datamodule, "test"), config
+        module, split_loader(datamodule, "train"), split_loader(datamodule, "test"), config, truth
     )
     print(format_table(results))
     if json_out:

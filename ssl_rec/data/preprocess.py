@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ssl_rec.datamodules.columns import check_on_bad_row
-from ssl_rec.datamodules.raw import RawPart
-from ssl_rec.datamodules.schema import CategoricalField, FeatureSchema
-from ssl_rec.datamodules.storage import SPLITS, SplitWriter, split_schema
-from ssl_rec.datamodules.vocabulary import (
+from ssl_rec.data.parsing import check_on_bad_row
+from ssl_rec.data.raw import RawPart
+from ssl_rec.data.storage import SPLITS, SplitWriter, split_schema
+from ssl_rec.schema import CategoricalField, FeatureSchema
+from ssl_rec.vocabulary import (
     VOCAB_DIRNAME,
     Vocabulary,
     count_values,

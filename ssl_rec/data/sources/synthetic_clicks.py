@@ -35,14 +35,14 @@ PAIRS = ((3, 9), (23, 25), (6, 14), (9, 23))
 # of that variation, so a large weight would put the oracle out of any model's reach.
 PAIR_WEIGHT = 0.2
 ID_EFFECT_STD = 0.02
-GENERATOR_VERSION = 5  # part of the cache key: bump when the sampled rows change
+SYNTHETIC_VERSION = 5  # part of the cache key: bump when the sampled rows change
 _PARAMS, _CALIBRATION = 1, 2
 SPLIT_STREAMS = {"train": 10, "val": 11, "test": 12}
 
 
 @dataclass(frozen=True)
 class SyntheticConfig:
-    """Knobs of the generator; the generated data is a pure function of them.
+    """Knobs of the click model; the generated data is a pure function of them.
 
     Args:
         seed: seed of every random draw (parameters and rows).
@@ -82,7 +82,7 @@ class SyntheticConfig:
                 raise ValueError(f"SyntheticConfig.{key} must be in [{lo}, {hi}], got {value}")
 
     def to_dict(self) -> dict[str, float | int]:
-        """JSON-able form, stored in the schema metadata to rebuild the generator."""
+        """JSON-able form, stored in the schema metadata to rebuild the click model."""
         return asdict(self)
 
 
@@ -117,14 +117,14 @@ def cardinalities(scale: float) -> list[int]:
     return [max(3, round(c * scale)) + 1 for c in CRITEO_KAGGLE_CARDINALITIES]
 
 
-class SyntheticGenerator:
+class SyntheticClickModel:
     """Draws rows of the model described in the module docstring.
 
     Args:
-        config: the generator's knobs (seed included).
+        config: the click model's knobs (seed included).
 
     Example:
-        >>> gen = SyntheticGenerator(SyntheticConfig(seed=1))
+        >>> gen = SyntheticClickModel(SyntheticConfig(seed=1))
         >>> rows = gen.rows("train", 0, 1000)
         >>> rows.sparse.shape, gen.item_latents("C3").shape[1]
         ((1000, 26), 16)
@@ -190,6 +190,10 @@ class SyntheticGenerator:
         f = int(field[1:]) - 1 if isinstance(field, str) else int(field)
         n_ids, k = self.cardinalities[f] - 1, int(self._fields[f]["n_clusters"])
         return np.concatenate([[-1], np.arange(n_ids) % k])
+
+    def latent_truth(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(item_latents(field), item_clusters(field))``: what evaluation compares to."""
+        return self.item_latents(field), self.item_clusters(field)
 
     def _sample_ids(self, rng: np.random.Generator, c: np.ndarray) -> np.ndarray:
         n = c.size
@@ -269,7 +273,7 @@ def render_ids(field: int, ids: np.ndarray) -> np.ndarray:
 
     """
     with np.errstate(over="ignore"):
-        h = (ids.astype(np.uint64) * np.uint64(2654435761) + np.uint64(0x5BD1E995 * (field + 1)))
+        h = ids.astype(np.uint64) * np.uint64(2654435761) + np.uint64(0x5BD1E995 * (field + 1))
         h = (h & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     shifts = np.arange(28, -4, -4, dtype=np.uint32)
     nibbles = (h[:, None] >> shifts) & np.uint32(0xF)

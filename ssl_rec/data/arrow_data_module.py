@@ -1,9 +1,11 @@
 """The LightningDataModule base shared by the synthetic, Criteo and tabular data modules.
 
-A subclass only says how to build (or find) its cache entry; this class opens the
-memory-mapped splits and hands out :class:`BatchLoader` s. ``schema`` is available right
-after ``__init__``: its first access builds or finds the cached entry, so LightningCLI can
-link ``data.schema`` to the model at instantiation.
+A data source is a subclass that says what its cache entry depends on
+(:meth:`ArrowDataModule.cache_inputs`) and how to write it (:meth:`ArrowDataModule.build`);
+this class finds or builds the entry, opens the memory-mapped splits and hands out
+:class:`BatchLoader` s. ``schema`` is available right after ``__init__``: its first access
+builds or finds the cached entry, so LightningCLI can link ``data.schema`` to the model at
+instantiation.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import pyarrow as pa
 import pytorch_lightning as pl
 import torch
 
-from ssl_rec.datamodules.loader import BatchLoader
-from ssl_rec.datamodules.schema import FeatureSchema
-from ssl_rec.datamodules.storage import LABEL, default_cache_dir, open_split
+from ssl_rec.data.loader import BatchLoader
+from ssl_rec.data.storage import LABEL, cached_build, default_cache_dir, open_split
+from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
 
 _SUBSET_STREAM = 7
@@ -76,9 +78,28 @@ class ArrowDataModule(pl.LightningDataModule):
         }
         self.save_hyperparameters(hparams)
 
-    def _build(self) -> tuple[Path, FeatureSchema]:
-        """Build or find the cache entry: ``(directory, schema)``."""
+    # The source interface: a data source is a subclass defining these three members.
+    cache_kind: str = ""
+    """Prefix of the cache entries (``"criteo"``, ``"tabular"``, ``"synthetic"``)."""
+
+    def cache_inputs(self) -> dict[str, Any]:
+        """Everything the preprocessed data depends on (file fingerprints, options), JSON-able."""
         raise NotImplementedError
+
+    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
+        """Write ``<split>.arrow`` files into ``out_dir`` and return the schema.
+
+        Paths stored in the schema must use ``final_dir``, where ``out_dir`` is renamed to.
+        """
+        raise NotImplementedError
+
+    def _build(self) -> tuple[Path, FeatureSchema]:
+        def build(out_dir: Path, final_dir: Path) -> FeatureSchema:
+            schema = self.build(out_dir, final_dir)
+            schema.metadata.setdefault("source", self.cache_kind)
+            return schema
+
+        return cached_build(self.cache_dir, self.cache_kind, self.cache_inputs(), build)
 
     @property
     def schema(self) -> FeatureSchema:

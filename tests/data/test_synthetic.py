@@ -1,20 +1,15 @@
 import numpy as np
 import pytest
 
-from ssl_rec.datamodules import (
-    SyntheticConfig,
-    SyntheticCTRDataModule,
-    SyntheticGenerator,
-    binary_auc,
-    binary_logloss,
-    load_vocabulary,
-)
+from ssl_rec.data import SyntheticClickModel, SyntheticConfig, SyntheticCTRDataModule
+from ssl_rec.metrics import binary_auc, binary_logloss
+from ssl_rec.vocabulary import load_vocabulary
 
 
 def test_determinism():
-    a = SyntheticGenerator(SyntheticConfig(seed=5)).rows("train", 1, 2000)
-    b = SyntheticGenerator(SyntheticConfig(seed=5)).rows("train", 1, 2000)
-    c = SyntheticGenerator(SyntheticConfig(seed=6)).rows("train", 1, 2000)
+    a = SyntheticClickModel(SyntheticConfig(seed=5)).rows("train", 1, 2000)
+    b = SyntheticClickModel(SyntheticConfig(seed=5)).rows("train", 1, 2000)
+    c = SyntheticClickModel(SyntheticConfig(seed=6)).rows("train", 1, 2000)
     for name in ("dense", "sparse", "prob", "label"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     assert not np.array_equal(a.sparse, c.sparse)
@@ -22,7 +17,7 @@ def test_determinism():
 
 
 def test_shapes_and_ranges():
-    gen = SyntheticGenerator(SyntheticConfig(seed=1))
+    gen = SyntheticClickModel(SyntheticConfig(seed=1))
     rows = gen.rows("val", 0, 5000)
     assert rows.sparse.shape == (5000, 26) and rows.dense.shape == (5000, 13)
     assert (rows.sparse >= 0).all() and (rows.sparse < np.array(gen.cardinalities)).all()
@@ -32,19 +27,20 @@ def test_shapes_and_ranges():
 
 
 def test_oracle_metrics_and_ctr():
-    gen = SyntheticGenerator(SyntheticConfig())
+    gen = SyntheticClickModel(SyntheticConfig())
     rows = gen.rows("test", 0, 40_000)
     assert rows.label.mean() == pytest.approx(0.25, abs=0.02)
     auc = binary_auc(rows.prob, rows.label)
     assert 0.75 < auc < 0.95
     assert binary_logloss(rows.prob, rows.label) < binary_logloss(
-        np.full_like(rows.prob, rows.label.mean()), rows.label)
+        np.full_like(rows.prob, rows.label.mean()), rows.label
+    )
 
 
 def test_ids_reveal_user_cluster():
     # The latent u must be recoverable from co-occurring ids (the point of pretraining):
     # rows of one user cluster share their most frequent id far more than chance.
-    gen = SyntheticGenerator(SyntheticConfig())
+    gen = SyntheticClickModel(SyntheticConfig())
     rows = gen.rows("train", 0, 20_000)
     ids = rows.sparse[:, 2]
     same = rows.user_cluster == rows.user_cluster[0]
@@ -79,14 +75,15 @@ def test_datamodule_label_fraction_and_pool(tmp_path):
     pool = SyntheticCTRDataModule(use_labels=False, batch_size=1000, **kw).train_dataloader()
     batches = list(pool)
     assert all(b.label is None for b in batches) and sum(b.batch_size for b in batches) == 20_000
-    gen = dm.generator()
-    expected = SyntheticGenerator(SyntheticConfig()).item_latents(2)
+    gen = dm.click_model()
+    expected = SyntheticClickModel(SyntheticConfig()).item_latents(2)
     assert np.array_equal(gen.item_latents(2), expected)
     assert load_vocabulary(dm.schema, "C1")[0] == "<missing>"
 
 
-@pytest.mark.parametrize(("key", "value"), [("temperature", 0.0), ("base_ctr", 1.5),
-                                            ("cardinality_scale", 2.0)])
+@pytest.mark.parametrize(
+    ("key", "value"), [("temperature", 0.0), ("base_ctr", 1.5), ("cardinality_scale", 2.0)]
+)
 def test_bad_config(key, value):
     with pytest.raises(ValueError, match=f"{key} must be in"):
         SyntheticConfig(**{key: value})

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ssl_rec.datamodules.storage import DENSE, LABEL, SPARSE
+from ssl_rec.data.storage import DENSE, LABEL, SPARSE
 from ssl_rec.types import Batch
 
 

@@ -23,10 +23,12 @@ import numpy as np
 import pyarrow as pa
 
 from ssl_rec._io import atomic_directory
-from ssl_rec.datamodules.schema import SCHEMA_FILENAME, FeatureSchema
+from ssl_rec.schema import SCHEMA_FILENAME, FeatureSchema
 
 DENSE, SPARSE, LABEL, PROB = "dense", "sparse", "label", "prob"
 SPLITS = ("train", "val", "test")
+# File stems that name a split in a directory of files (train.csv, valid.txt.gz, ...).
+SPLIT_NAMES = {"train": "train", "valid": "val", "val": "val", "validation": "val", "test": "test"}
 CACHE_ENV = "SSL_REC_CACHE"
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)

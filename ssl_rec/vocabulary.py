@@ -19,13 +19,45 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
-from ssl_rec.datamodules.raw import CodedColumn
-from ssl_rec.datamodules.schema import MISSING_ID, FeatureSchema
+from ssl_rec.schema import MISSING_ID, FeatureSchema
 
 MISSING_VALUE = "<missing>"
 UNUSED_VALUE = "<unused>"
 VOCAB_DIRNAME = "vocab"
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class CodedColumn:
+    """A categorical column as distinct raw values plus one code per row.
+
+    Args:
+        dictionary: distinct raw values (strings), length ``U``.
+        codes: ``int32[N]`` index into ``dictionary``, -1 where missing.
+
+    """
+
+    dictionary: pa.Array
+    codes: np.ndarray
+
+    @classmethod
+    def from_column(cls, column: pa.ChunkedArray | pa.Array) -> CodedColumn:
+        """Dictionary-encode a string column in one C++ hash pass."""
+        encoded = pc.dictionary_encode(column)
+        if isinstance(encoded, pa.ChunkedArray):
+            if encoded.num_chunks == 0:
+                return cls(pa.array([], pa.string()), np.zeros(0, np.int32))
+            dictionary = encoded.chunk(0).dictionary
+            indices = pa.chunked_array([c.indices for c in encoded.chunks], pa.int32())
+        else:
+            dictionary, indices = encoded.dictionary, encoded.indices
+        codes = pc.fill_null(indices, -1).to_numpy().astype(np.int32, copy=False)
+        return cls(dictionary, codes)
+
+    def to_pylist(self) -> list[str | None]:
+        """Raw value of each row (``None`` = missing); for tests and debugging."""
+        values = self.dictionary.to_pylist()
+        return [None if c < 0 else values[c] for c in self.codes]
 
 
 def count_values(column: CodedColumn) -> tuple[pa.Array, np.ndarray]:
@@ -76,7 +108,7 @@ def hash_strings(values: pa.Array) -> np.ndarray:
     lengths = ends - starts
     out = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     if data.size and lengths.max() > 0:
-        seg = data[offsets[0]: offsets[-1]].astype(np.uint64)
+        seg = data[offsets[0] : offsets[-1]].astype(np.uint64)
         pos = np.arange(seg.size, dtype=np.int64) - np.repeat(starts - offsets[0], lengths)
         powers = np.cumprod(np.full(int(lengths.max()), 1099511628211, np.uint64), dtype=np.uint64)
         terms = seg * powers[pos]

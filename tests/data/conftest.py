@@ -2,16 +2,15 @@ import os
 
 import pytest
 
-from ssl_rec.datamodules import SyntheticConfig, SyntheticGenerator, write_criteo_tsv
+from ssl_rec.data import SyntheticClickModel, SyntheticConfig, write_criteo_tsv
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
-
 @pytest.fixture(scope="session")
 def small_rows():
-    return SyntheticGenerator(SyntheticConfig(seed=3)).rows("train", 0, 3000)
+    return SyntheticClickModel(SyntheticConfig(seed=3)).rows("train", 0, 3000)
 
 
 @pytest.fixture(scope="session")

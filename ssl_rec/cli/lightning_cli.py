@@ -1,30 +1,13 @@
-"""The ``ssl-rec`` command: LightningCLI (fit/validate/test/predict) plus export/evaluation.
-
-Examples:
-    ssl-rec fit --config configs/ctr/synthetic.yaml
-    ssl-rec test --config configs/ctr/synthetic.yaml --ckpt_path best
-    ssl-rec export --ckpt CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
-
-"""
+"""``SSLRecCLI``: LightningCLI wired for ssl-rec (schema linking, W&B offline, metrics.json)."""
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
-from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from ssl_rec.lightning.callbacks import MetricsJSON
-
-# name -> "module:function" taking argv; imported lazily so `fit` stays light.
-EXTRA_COMMANDS = {
-    "export": "ssl_rec.evaluation.commands:export_main",
-    "evaluate-embeddings": "ssl_rec.evaluation.commands:evaluate_main",
-}
 
 
 def configure_environment() -> None:
@@ -84,38 +67,3 @@ def trainer_defaults() -> dict[str, Any]:
             "init_args": {"project": "ssl-rec", "offline": wandb_offline()},
         },
     }
-
-
-def _extra_command(name: str) -> Callable[[Sequence[str]], Any]:
-    module, func = EXTRA_COMMANDS[name].split(":")
-    return getattr(importlib.import_module(module), func)
-
-
-def run(args: Sequence[str] | None = None) -> Any:
-    """Run one ``ssl-rec`` command and return what it built (the CLI object for fit/test).
-
-    Args:
-        args: the command line without the program name; ``None`` reads ``sys.argv``.
-    """
-    configure_environment()
-    argv = list(sys.argv[1:] if args is None else args)
-    if argv and argv[0] in EXTRA_COMMANDS:
-        return _extra_command(argv[0])(argv[1:])
-    return SSLRecCLI(
-        pl.LightningModule,
-        pl.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        trainer_defaults=trainer_defaults(),
-        save_config_kwargs={"overwrite": True},
-        args=argv if args is not None else None,
-    )
-
-
-def main(args: Sequence[str] | None = None) -> None:
-    """Entry point of the ``ssl-rec`` console script (returns nothing, so exit status is 0)."""
-    run(args)
-
-
-if __name__ == "__main__":
-    main()

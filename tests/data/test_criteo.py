@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from criteo_lines import HEX, criteo_line, write_lines
 
-from ssl_rec.datamodules import CriteoDataModule, PreprocessOptions, load_vocabulary, read_criteo
-from ssl_rec.datamodules.criteo import write_criteo_tsv
-from ssl_rec.datamodules.synthetic import render_ids
+from ssl_rec.data import CriteoDataModule, PreprocessOptions, read_criteo, write_criteo_tsv
+from ssl_rec.data.sources.synthetic_clicks import render_ids
+from ssl_rec.vocabulary import load_vocabulary
 
 
 def test_parse_missing_hashes_negative(tmp_path):
@@ -29,8 +29,12 @@ def test_gz_and_unlabeled_detected(tmp_path, small_rows):
     assert b.label is None and a.label is not None
     np.testing.assert_array_equal(a.dense, b.dense)
     np.testing.assert_array_equal(a.dense, np.log1p(small_rows.dense).astype(np.float32))
-    raw = [None if i == 0 else v.decode() for i, v in
-           zip(small_rows.sparse[:, 4], render_ids(4, small_rows.sparse[:, 4]), strict=True)]
+    raw = [
+        None if i == 0 else v.decode()
+        for i, v in zip(
+            small_rows.sparse[:, 4], render_ids(4, small_rows.sparse[:, 4]), strict=True
+        )
+    ]
     assert b.categorical[4].to_pylist() == raw
 
 
@@ -49,10 +53,12 @@ def test_datamodule_vocab_roundtrip(tmp_path, criteo_file, small_rows):
 
 def test_min_frequency_and_hashing(tmp_path, criteo_file):
     base = CriteoDataModule(str(criteo_file), cache_dir=str(tmp_path)).schema
-    rare = CriteoDataModule(str(criteo_file), preprocess=PreprocessOptions(min_frequency=5),
-                            cache_dir=str(tmp_path)).schema
-    hashed = CriteoDataModule(str(criteo_file), preprocess=PreprocessOptions(max_vocab_size=50),
-                              cache_dir=str(tmp_path)).schema
+    rare = CriteoDataModule(
+        str(criteo_file), preprocess=PreprocessOptions(min_frequency=5), cache_dir=str(tmp_path)
+    ).schema
+    hashed = CriteoDataModule(
+        str(criteo_file), preprocess=PreprocessOptions(max_vocab_size=50), cache_dir=str(tmp_path)
+    ).schema
     assert rare.field("C3").cardinality < base.field("C3").cardinality
     assert hashed.field("C3").cardinality == 50 and "C3" in hashed.metadata["hashed_fields"]
     assert hashed.field("C1").cardinality == base.field("C1").cardinality
@@ -124,7 +130,8 @@ def test_empty_missing_and_bad_options(tmp_path):
 def test_real_sample_layout_parses(tmp_path):
     # Hand-check against the shape of a real Criteo line (negative I2, empty cells).
     line = "0\t\t-1\t19\t35\t30251\t247\t1\t35\t160\t\t1\t\t35\t" + "\t".join(
-        ["68fd1e64"] * 20 + ["", "", "5155d8a3", "", "be7c41b4", ""])
+        ["68fd1e64"] * 20 + ["", "", "5155d8a3", "", "be7c41b4", ""]
+    )
     part = read_criteo(write_lines(tmp_path / "r.txt", [line]))
     assert part.dense[0, 1] == 0.0 and part.dense[0, 2] == pytest.approx(np.log(20.0))
     assert part.categorical[20].to_pylist() == [None]

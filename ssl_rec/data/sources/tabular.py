@@ -1,4 +1,4 @@
-"""A generic tabular reader: CSV / TSV / Parquet with named label, dense and categorical columns.
+"""Any CSV / TSV / Parquet table with named label, dense and categorical columns.
 
 Categorical raw values may be strings or integers (kept as their text). Files ending in
 ``.tsv`` or ``.txt`` are tab-separated, ``.csv`` comma-separated, ``.parquet`` / ``.pq``
@@ -11,17 +11,22 @@ import csv
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ssl_rec.datamodules.columns import Origin, check_on_bad_row, parse_dense, parse_label
-from ssl_rec.datamodules.raw import CodedColumn, RawPart
+from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.parsing import Origin, check_on_bad_row, parse_dense, parse_label
+from ssl_rec.data.preprocess import Layout, PartReader, PreprocessOptions, preprocess
+from ssl_rec.data.raw import RawPart
+from ssl_rec.data.storage import SPLIT_NAMES, file_fingerprint
+from ssl_rec.schema import FeatureSchema
+from ssl_rec.vocabulary import CodedColumn
 
 SUFFIXES = {".csv": ",", ".tsv": "\t", ".txt": "\t", ".parquet": None, ".pq": None}
-SPLIT_NAMES = {"train": "train", "valid": "val", "val": "val", "validation": "val", "test": "test"}
 
 
 def _suffix(path: Path) -> str:
@@ -138,3 +143,70 @@ def find_split_files(directory: Path) -> dict[str, list[str]]:
             f"{directory}: no train.* file; files are {sorted(q.name for q in directory.iterdir())}"
         )
     return found
+
+
+class TabularDataModule(ArrowDataModule):
+    """Any CSV / TSV / Parquet table with named label, dense and categorical columns.
+
+    Args:
+        path: one file (split randomly) or a directory of ``train`` / ``valid`` (or
+            ``val``) / ``test`` files.
+        label: binary label column.
+        dense: numeric columns.
+        categorical: categorical columns (string or integer raw values).
+        preprocess: vocabulary, split and bad-row options.
+        batch_size: rows per batch.
+        label_fraction: fraction of training rows used with labels.
+        use_labels: ``False`` yields unlabeled batches of all training rows.
+        seed: shuffle / labeled-subset seed.
+        cache_dir: cache root.
+
+    """
+
+    def __init__(
+        self,
+        path: str,
+        label: str,
+        dense: list[str],
+        categorical: list[str],
+        preprocess: PreprocessOptions | None = None,
+        batch_size: int = 4096,
+        label_fraction: float = 1.0,
+        use_labels: bool = True,
+        seed: int = 0,
+        cache_dir: str | None = None,
+    ) -> None:
+        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, False)
+        self._record_hparams(locals())
+        if not dense and not categorical:
+            raise ValueError("TabularDataModule needs at least one dense or categorical column")
+        self.path, self.label = path, label
+        self.dense, self.categorical = list(dense), list(categorical)
+        self.options = preprocess or PreprocessOptions()
+
+    cache_kind = "tabular"
+
+    def _files(self) -> tuple[dict[str, list[str]] | None, list[str]]:
+        p = Path(self.path)
+        if not p.exists():
+            raise FileNotFoundError(f"tabular data not found: {p}")
+        split_files = find_split_files(p) if p.is_dir() else None
+        files = [str(p)] if split_files is None else sum(split_files.values(), [])
+        return split_files, files
+
+    def cache_inputs(self) -> dict[str, Any]:
+        """Fingerprints of the files, the column roles and the options."""
+        _, files = self._files()
+        return {"files": file_fingerprint(files), "label": self.label, "dense": self.dense,
+                "categorical": self.categorical, "options": self.options.to_dict()}  # fmt: skip
+
+    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
+        """Preprocess the files into ``out_dir``."""
+        split_files, files = self._files()
+        reader = PartReader(self._read, split_files, self.options)
+        layout = Layout(tuple(self.dense), tuple(self.categorical), self.label)
+        return preprocess(reader, files, layout, self.options, out_dir, final_dir)
+
+    def _read(self, path: str) -> RawPart:
+        label = self.label if column_names(path).count(self.label) else None
+        return read_tabular(path, label, self.dense, self.categorical, self.options.on_bad_row)

@@ -1,0 +1,52 @@
+"""Data: sources (Criteo, tabular, synthetic), preprocessing to Arrow, loaders, DataModules.
+
+A data source is one file under ``sources/``: a reader plus an :class:`ArrowDataModule`
+subclass naming its cache inputs and how to build them (see ``docs/extending.md``).
+"""
+
+from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.loader import BatchLoader, validate_sparse
+from ssl_rec.data.preprocess import PreprocessOptions
+from ssl_rec.data.raw import RawPart
+from ssl_rec.data.sources.criteo import (
+    CriteoDataModule,
+    criteo_split_files,
+    detect_has_label,
+    read_criteo,
+)
+from ssl_rec.data.sources.synthetic import (
+    SyntheticCTRDataModule,
+    click_model_from_schema,
+    write_criteo_tsv,
+)
+from ssl_rec.data.sources.synthetic_clicks import (
+    CRITEO_KAGGLE_CARDINALITIES,
+    SyntheticClickModel,
+    SyntheticConfig,
+    SyntheticRows,
+)
+from ssl_rec.data.sources.tabular import TabularDataModule, read_tabular
+from ssl_rec.data.storage import default_cache_dir, open_split
+
+__all__ = [
+    "ArrowDataModule",
+    "BatchLoader",
+    "CRITEO_KAGGLE_CARDINALITIES",
+    "CriteoDataModule",
+    "PreprocessOptions",
+    "RawPart",
+    "SyntheticCTRDataModule",
+    "SyntheticClickModel",
+    "SyntheticConfig",
+    "SyntheticRows",
+    "TabularDataModule",
+    "click_model_from_schema",
+    "criteo_split_files",
+    "default_cache_dir",
+    "detect_has_label",
+    "open_split",
+    "read_criteo",
+    "read_tabular",
+    "validate_sparse",
+    "write_criteo_tsv",
+]

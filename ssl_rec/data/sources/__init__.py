@@ -1,0 +1,1 @@
+"""Data sources: each file is one source (its reader and its ``ArrowDataModule``)."""

@@ -1,0 +1,196 @@
+"""The built-in synthetic Criteo-like data: splits with oracle metrics, and a Criteo TSV writer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from tqdm.auto import tqdm
+
+from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.sources.synthetic_clicks import (
+    SYNTHETIC_VERSION,
+    SyntheticClickModel,
+    SyntheticConfig,
+    SyntheticRows,
+    render_ids,
+)
+from ssl_rec.data.storage import SPLITS, SplitWriter, split_schema
+from ssl_rec.metrics import ctr_summary
+from ssl_rec.schema import (
+    CRITEO_CATEGORICAL,
+    CRITEO_DENSE,
+    CRITEO_LABEL,
+    MISSING_ID,
+    CategoricalField,
+    FeatureSchema,
+)
+from ssl_rec.vocabulary import MISSING_VALUE, VOCAB_DIRNAME, save_id_values
+
+CHUNK_ROWS = 1 << 18
+
+
+def _write_vocab(gen: SyntheticClickModel, vocab_dir: Path) -> None:
+    for f, name in enumerate(CRITEO_CATEGORICAL):
+        ids = np.arange(1, gen.cardinalities[f])
+        raw = pa.array(render_ids(f, ids)).cast(pa.string())
+        values = pa.concat_arrays([pa.array([MISSING_VALUE], pa.string()), raw])
+        save_id_values(vocab_dir, name, values)
+
+
+def write_synthetic_splits(
+    config: SyntheticConfig, sizes: dict[str, int], out_dir: Path, final_dir: Path
+) -> FeatureSchema:
+    """Generate each split in chunks of :data:`CHUNK_ROWS` rows and write it.
+
+    Args:
+        config: the click model's knobs.
+        sizes: rows per split, e.g. ``{"train": 1_000_000, "val": 100_000, "test": 100_000}``.
+        out_dir: directory being written.
+        final_dir: where it will live (for ``metadata["vocab_dir"]``).
+
+    Returns:
+        The schema; ``metadata`` holds the synthetic config (to rebuild the click model), the
+        oracle metrics of each split and the row counts.
+
+    """
+    gen = SyntheticClickModel(config)
+    oracle, splits = {}, {}
+    progress = tqdm(total=sum(sizes.values()), desc="synthetic", unit="rows")
+    for split, n in sizes.items():
+        probs, labels = [], []
+        schema = split_schema(len(CRITEO_DENSE), len(CRITEO_CATEGORICAL), True, True)
+        with SplitWriter(out_dir / f"{split}.arrow", schema) as writer:
+            for chunk, start in enumerate(range(0, n, CHUNK_ROWS)):
+                rows = gen.rows(split, chunk, min(CHUNK_ROWS, n - start))
+                writer.write(np.log1p(rows.dense), rows.sparse, rows.label, rows.prob)
+                probs.append(rows.prob)
+                labels.append(rows.label)
+                progress.update(rows.sparse.shape[0])
+        if n:
+            oracle[split] = ctr_summary(np.concatenate(probs), np.concatenate(labels))
+        splits[split] = {"rows": n, "labeled": True, "skipped_rows": 0}
+    progress.close()
+    _write_vocab(gen, out_dir / VOCAB_DIRNAME)
+    fields = [CategoricalField(name, c) for name, c in zip(CRITEO_CATEGORICAL, gen.cardinalities,
+                                                             strict=True)]  # fmt: skip
+    metadata = {
+        "source": "synthetic",
+        "synthetic": config.to_dict(),
+        "oracle": oracle,
+        "splits": splits,
+        "skipped_rows": 0,
+        "missing_id": MISSING_ID,
+        "vocab_dir": str(final_dir / VOCAB_DIRNAME),
+    }
+    return FeatureSchema(CRITEO_DENSE, tuple(fields), CRITEO_LABEL, metadata)
+
+
+def click_model_from_schema(schema: FeatureSchema) -> SyntheticClickModel:
+    """Rebuild the click model of a synthetic data set from its schema metadata."""
+    params = schema.metadata.get("synthetic")
+    if not isinstance(params, dict):
+        raise ValueError("schema.metadata has no 'synthetic': not synthetic data from ssl_rec")
+    return SyntheticClickModel(SyntheticConfig(**params))
+
+
+def write_criteo_tsv(
+    path: str | os.PathLike[str], rows: SyntheticRows, with_label: bool = True
+) -> Path:
+    """Write generated rows in the exact Criteo layout (``.gz`` suffix -> gzip).
+
+    Lets the Criteo pipeline be exercised at any size without the real data set.
+
+    Ids are rendered as 8-hex-digit hashes (:func:`render_ids`), id 0 and missing counts
+    as empty cells.
+
+    Args:
+        path: output file.
+        rows: from :meth:`SyntheticClickModel.rows`.
+        with_label: write the label column (40 columns) or not (39, like Kaggle's test).
+
+    """
+    path = Path(path)
+    cols: dict[str, pa.Array] = {}
+    if with_label:
+        cols[CRITEO_LABEL] = pa.array(rows.label.astype(np.int8))
+    for j, name in enumerate(CRITEO_DENSE):
+        cols[name] = pa.array(rows.dense[:, j], mask=rows.dense_missing[:, j])
+    for f, name in enumerate(CRITEO_CATEGORICAL):
+        ids = rows.sparse[:, f]
+        cols[name] = pc.cast(pa.array(render_ids(f, ids), mask=ids == 0), pa.string())
+    options = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    codec = "gzip" if path.suffix == ".gz" else None
+    with pa.output_stream(str(path), compression=codec) as out:
+        pacsv.write_csv(pa.table(cols), out, write_options=options)
+    return path
+
+
+class SyntheticCTRDataModule(ArrowDataModule):
+    """Generated Criteo-like data with known click probabilities and latent structure.
+
+    Args:
+        n_train: training rows (the unlabeled pool with ``use_labels=False``).
+        n_val: validation rows.
+        n_test: test rows.
+        synthetic: the click model's knobs (seed, cardinality scale, latent sizes, base CTR).
+        batch_size: rows per batch.
+        label_fraction: fraction of training rows used with labels.
+        use_labels: ``False`` yields unlabeled batches of all training rows.
+        seed: shuffle / labeled-subset seed (the data's own seed is ``synthetic.seed``).
+        cache_dir: cache root (default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``).
+        drop_last: drop the last incomplete training batch.
+
+    Example:
+        >>> dm = SyntheticCTRDataModule(n_train=200_000)  # doctest: +SKIP
+        >>> dm.schema.cardinalities[:3], dm.oracle_metrics("test")["auc"]  # doctest: +SKIP
+
+    """
+
+    def __init__(
+        self,
+        n_train: int = 1_000_000,
+        n_val: int = 100_000,
+        n_test: int = 100_000,
+        synthetic: SyntheticConfig | None = None,
+        batch_size: int = 4096,
+        label_fraction: float = 1.0,
+        use_labels: bool = True,
+        seed: int = 0,
+        cache_dir: str | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, drop_last)
+        self._record_hparams(locals())
+        for key, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
+            if not 0 <= value <= 10**10 or (key == "n_train" and value < 1):
+                raise ValueError(f"{key} must be in [{int(key == 'n_train')}, 1e10], got {value}")
+        self.sizes = {"train": n_train, "val": n_val, "test": n_test}
+        self.synthetic = synthetic or SyntheticConfig()
+
+    cache_kind = "synthetic"
+
+    def cache_inputs(self) -> dict[str, Any]:
+        """The click model's config, its code version and the split sizes."""
+        return {"synthetic": self.synthetic.to_dict(), "version": SYNTHETIC_VERSION,
+                "sizes": self.sizes}  # fmt: skip
+
+    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
+        """Generate the splits into ``out_dir``."""
+        return write_synthetic_splits(self.synthetic, self.sizes, out_dir, final_dir)
+
+    def click_model(self) -> SyntheticClickModel:
+        """The click model of this data (true latents via ``item_latents(field)``)."""
+        return click_model_from_schema(self.schema)
+
+    def oracle_metrics(self, split: str) -> dict[str, float] | None:
+        """Oracle AUC / logloss / CTR of the true probabilities on ``split``."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return self.schema.metadata["oracle"].get(split)
