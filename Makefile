@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/data.py --json benchmarks/results/data.json
 	$(PY) benchmarks/embedding.py --json benchmarks/results/embedding.json
 	$(PY) benchmarks/mixed_precision.py --json benchmarks/results/mixed_precision.json
-	$(PY) benchmarks/ssl.py --json benchmarks/results/ssl.json
+	$(PY) benchmarks/label_efficiency.py --json benchmarks/results/label_efficiency.json
 	$(PY) benchmarks/retrieval.py --json benchmarks/results/retrieval.json
 
 lint: $(STAMP)

@@ -11,7 +11,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 from _figures import save_figure
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

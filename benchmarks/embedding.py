@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Callable
 
-import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import numpy as np
 import torch
 from _figures import save_figure

@@ -2,9 +2,10 @@
 
     python benchmarks/mixed_precision.py [--quick] --json OUT.json
 
-Trains the default synthetic CTR model (``configs/ctr/synthetic.yaml``: DLRM, D = 16,
-row-wise Adagrad tables, Adam 1e-3 for the dense part) once per storage variant on the same
-data with the same seed, and reports test AUC / logloss, embedding memory and cache hit rate.
+Trains the default synthetic CTR model (built from ``configs/ctr/synthetic.yaml``: DLRM,
+D = 16, row-wise Adagrad tables, Adam 1e-3 for the dense part) once per storage variant on
+the same data with the same seed, and reports test AUC / logloss, embedding memory and
+cache hit rate.
 Acceptance (Yang et al., 2020, https://arxiv.org/abs/2010.11305): INT8 + 5% cache within
 0.001 test AUC of FP32, INT4 + 1% cache within 0.003.
 """
@@ -14,18 +15,16 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from functools import partial
+from pathlib import Path
 
-import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
-import pytorch_lightning as pl
 import torch
 from _figures import save_figure
 
 from ssl_rec._io import atomic_write_json
-from ssl_rec.data import SyntheticCTRDataModule
+from ssl_rec.cli import instantiate
 from ssl_rec.hardware import TableSpec
-from ssl_rec.lightning import CTRModule
-from ssl_rec.models import Backbone, DLRMEncoder
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs/ctr/synthetic.yaml"
 
 VARIANTS: list[tuple[str, TableSpec]] = [
     ("fp32", TableSpec("fp32")),
@@ -39,31 +38,25 @@ VARIANTS: list[tuple[str, TableSpec]] = [
 
 def run_variant(name: str, spec: TableSpec, sizes: dict[str, int], epochs: int) -> dict:
     """Train and test one storage variant; return its ``rows`` entry."""
-    pl.seed_everything(0, workers=True)
-    dm = SyntheticCTRDataModule(
-        sizes["train"], sizes["val"], sizes["test"], batch_size=4096, seed=0
-    )
-    encoder = partial(DLRMEncoder, bottom=(64,), top=(256, 128))
-    factory = partial(Backbone, embedding_dim=16, tables=spec, encoder=encoder, seed=0)
-    module = CTRModule(factory, dm.schema.to_dict(), learning_rate=1e-3)
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    tables = "--model.init_args.backbone.init_args.tables"
+    cli = instantiate([
+        "--config", str(CONFIG), "--trainer.logger=false", "--trainer.callbacks=null",
+        "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false", "--trainer.num_sanity_val_steps=0",
+        "--trainer.limit_val_batches=0", f"--trainer.max_epochs={epochs}",
+        *(f"--data.init_args.n_{split}={n}" for split, n in sizes.items()),
+        *(f"{tables}.{key}={value}" for key, value in spec.to_dict().items()),
+    ])  # fmt: skip
+    module, dm, trainer = cli.model, cli.datamodule, cli.trainer
     start = time.perf_counter()
     trainer.fit(module, dm)
     seconds = time.perf_counter() - start
     metrics = trainer.test(module, dm, verbose=False)[0]
-    tables = module.backbone.embedding.tables
-    memory = tables.memory_report()["total"]
+    stats = module.backbone.table_stats()
+    memory = stats["memory"]["total"]
     return {
         "name": name,
-        "precision": spec.precision,
+        "precision": spec.precision.value,
         "cache_fraction": spec.cache_fraction,
         "policy": spec.cache_policy if spec.cached else None,
         "stochastic_rounding": spec.stochastic_rounding,
@@ -72,7 +65,7 @@ def run_variant(name: str, spec: TableSpec, sizes: dict[str, int], epochs: int) 
         "memory_bytes": memory["total_bytes"],
         "fp32_memory_bytes": memory["fp32_bytes"],
         "optimizer_state_bytes": memory["optimizer_state"],
-        "hit_rate": tables.cache_stats()["hit_rate"],
+        "hit_rate": stats["cache"]["hit_rate"],
         "train_seconds": seconds,
     }
 

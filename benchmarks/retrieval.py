@@ -1,5 +1,6 @@
 """Retrieval benchmark: ANN recall of the default index, 1M-vector export time, and
-agreement of learned entity neighbours with the synthetic generator's true latents.
+agreement of learned entity neighbours with the synthetic click model's true latents.
+The trained models are built from the shipped configs (`configs/ctr`, `configs/pretrain`).
 
     python benchmarks/retrieval.py [--quick] --json benchmarks/results/retrieval.json
 
@@ -11,33 +12,27 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
-import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import faiss
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from _figures import save_figure
 
 from ssl_rec._io import atomic_write_json
-from ssl_rec.data import (
-    CategoricalField,
-    FeatureSchema,
-    SyntheticConfig,
-    SyntheticCTRDataModule,
-)
+from ssl_rec.cli import instantiate
 from ssl_rec.evaluation import (
     IndexConfig,
     RepresentationSet,
-    ann_recall_at_k,
     build_index,
     export_embeddings,
     resolve_factory,
 )
 from ssl_rec.evaluation.evaluate import latent_neighbors
-from ssl_rec.models import Backbone
+from ssl_rec.metrics import ann_recall_at_k
+from ssl_rec.schema import CategoricalField, FeatureSchema
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def clustered(n: int, dim: int, seed: int = 0, clusters: int = 1000) -> np.ndarray:
@@ -93,51 +88,34 @@ def export_seconds(n: int, dim: int = 64) -> dict:
     return {"export_seconds": seconds, "n": n, "index": resolve_factory("auto", n, dim)}
 
 
-def _backbone(schema: dict) -> Backbone:
-    from ssl_rec.models import DLRMEncoder
-
-    return Backbone(schema, embedding_dim=16, encoder=partial(DLRMEncoder, bottom=[64], top=[128]))
+def _build(config: str, root: Path, n_train: int, *overrides: str):  # noqa: ANN202
+    return instantiate([
+        "--config", str(CONFIGS / config), "--trainer.logger=false", "--trainer.callbacks=null",
+        "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+        "--trainer.limit_val_batches=0", f"--trainer.default_root_dir={root}",
+        f"--data.init_args.n_train={n_train}", "--data.init_args.n_val=2000",
+        "--data.init_args.n_test=2000", "--data.init_args.batch_size=1024",
+        f"--data.init_args.cache_dir={root / 'cache'}", *overrides,
+    ])  # fmt: skip
 
 
 def latent_recall(quick: bool, root: Path) -> dict:
-    from ssl_rec.lightning import CTRModule, PretrainModule
-    from ssl_rec.objectives import MaskedFeaturePrediction
-
+    """Latent-neighbour recall of entity embeddings: random init, pretrained, CTR on 2% labels."""
     n_train = 50_000 if quick else 400_000
-    gen = SyntheticConfig()
-    common = {
-        "n_train": n_train,
-        "n_val": 2000,
-        "n_test": 2000,
-        "generator": gen,
-        "batch_size": 1024,
-        "cache_dir": str(root / "cache"),
-    }
-    unlabeled = SyntheticCTRDataModule(**common, use_labels=False)
-    few = SyntheticCTRDataModule(**common, label_fraction=0.02)
-    schema = unlabeled.schema.to_dict()
-    trainer = partial(
-        pl.Trainer,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        limit_val_batches=0,
-        default_root_dir=str(root),
-    )
-    out = {}
     torch.manual_seed(0)
-    out["random_init"] = CTRModule(_backbone, schema)
-    pre = PretrainModule(_backbone, {"mfp": MaskedFeaturePrediction()}, schema=schema)
-    trainer().fit(pre, datamodule=unlabeled)
-    out["pretrained"] = pre
-    scratch = CTRModule(_backbone, schema)
-    trainer(max_epochs=3).fit(scratch, datamodule=few)
-    out["scratch_ctr"] = scratch
-    bank = SyntheticCTRDataModule(**common)
+    random_init = _build("ctr/synthetic.yaml", root, n_train)
+    pretrained = _build("pretrain/mfp.yaml", root, n_train, "--trainer.max_epochs=1")
+    pretrained.trainer.fit(pretrained.model, datamodule=pretrained.datamodule)
+    scratch = _build("ctr/synthetic.yaml", root, n_train, "--trainer.max_epochs=3",
+                     "--data.init_args.label_fraction=0.02")  # fmt: skip
+    scratch.trainer.fit(scratch.model, datamodule=scratch.datamodule)
+    data = random_init.datamodule
+    truth = data.click_model().latent_truth
+    models = {"random_init": random_init.model, "pretrained": pretrained.model,
+              "scratch_ctr": scratch.model}  # fmt: skip
     return {
-        name: latent_neighbors(m, bank.train_dataloader(), 50_000)["mean"]
-        for name, m in out.items()
+        name: latent_neighbors(m, data.train_dataloader(), 50_000, truth)["mean"]
+        for name, m in models.items()
     }
 
 

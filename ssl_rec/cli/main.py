@@ -10,6 +10,7 @@ Examples:
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +57,35 @@ def run(args: Sequence[str] | None = None) -> Any:
         save_config_kwargs={"overwrite": True},
         args=argv if args is not None else None,
     )
+
+
+def instantiate(args: Sequence[str]) -> SSLRecCLI:
+    """Build the model, data module and trainer of a command line without running anything.
+
+    The Python entry to the shipped configs: ``cli = instantiate(["--config", path,
+    "--trainer.max_epochs=1"])`` then ``cli.trainer.fit(cli.model, cli.datamodule)``.
+
+    Args:
+        args: ``--config`` files and overrides, as after ``ssl-rec fit``.
+
+    Returns:
+        The CLI object: ``.model``, ``.datamodule``, ``.trainer``, ``.config``.
+
+    """
+    configure_environment()
+    with warnings.catch_warnings():
+        # The caller's own sys.argv (a script's flags) is not meant for this parser.
+        warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
+        return SSLRecCLI(
+            pl.LightningModule,
+            pl.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            trainer_defaults=trainer_defaults(),
+            save_config_callback=None,
+            run=False,
+            args=list(args),
+        )
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ssl_rec._checks import check_at_least
 from ssl_rec.evaluation.export import entity_vectors
 from ssl_rec.evaluation.faiss_index import METRICS, build_index, resolve_factory
 from ssl_rec.evaluation.knn_probe import knn_probe
@@ -57,8 +58,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         for key in ("train_rows", "test_rows", "knn_k"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"EvalConfig.{key} must be >= 1, got {getattr(self, key)}")
+            check_at_least("EvalConfig", key, getattr(self, key))
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"EvalConfig.ks must be positive cut-offs, got {self.ks}")
         if not 0.0 < self.mask_prob < 1.0:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
+from ssl_rec._checks import check_at_least
 from ssl_rec.evaluation.export import IndexConfig, export_embeddings
 from ssl_rec.evaluation.knn_probe import knn_probe
 from ssl_rec.evaluation.representations import compute_representations
@@ -45,8 +46,7 @@ class KNNProbeCallback(pl.Callback):
             ("bank_rows", bank_rows),
             ("probe_rows", probe_rows),
         ):
-            if value < 1:
-                raise ValueError(f"KNNProbeCallback.{key} must be >= 1, got {value}")
+            check_at_least("KNNProbeCallback", key, value)
         self.every_n_epochs, self.k = every_n_epochs, k
         self.bank_rows, self.probe_rows = bank_rows, probe_rows
         self.log_artifact, self.export_fields = log_artifact, export_fields

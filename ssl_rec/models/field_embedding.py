@@ -78,5 +78,5 @@ class FieldEmbedding(nn.Module):
         return torch.where(field_mask.unsqueeze(-1), self.mask_token.to(emb.dtype), emb)
 
     def rows(self, field: int, ids: torch.Tensor) -> torch.Tensor:
-        """Current (dequantized) ``float32[n, D]`` rows ``ids int64[n]`` of field number ``field``."""
+        """Current (dequantized) ``float32[n, D]`` rows ``ids int64[n]`` of field ``field``."""
         return self.tables.dequantize_rows(field, ids)

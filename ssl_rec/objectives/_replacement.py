@@ -10,6 +10,8 @@ from torch import nn
 
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives._candidates import by_field, candidate_logits
+from ssl_rec.types import BackboneDims, BackboneProtocol, Batch
+from ssl_rec.views import View
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,32 @@ class ReplacementDiscriminator(nn.Module):
     def forward(self, pooled: torch.Tensor, field_emb: torch.Tensor) -> torch.Tensor:
         """Return the replacement logits."""
         return self.mlp(torch.cat([pooled, field_emb.flatten(1)], 1))
+
+
+def replacement_heads(
+    dims: BackboneDims, generator_hidden: int, num_candidates: int
+) -> tuple[FieldGenerator, ReplacementDiscriminator]:
+    """The generator and the per-field discriminator head for a backbone of ``dims``."""
+    generator = FieldGenerator(
+        dims.n_fields, dims.n_dense, dims.embedding_dim, generator_hidden, num_candidates
+    )
+    discriminator = ReplacementDiscriminator(dims.output_dim, dims.n_fields, dims.embedding_dim)
+    return generator, discriminator
+
+
+def propose(
+    view: View, generator: FieldGenerator, batch: Batch, backbone: BackboneProtocol
+) -> tuple[Batch, Proposal]:
+    """Corrupt/mask ``batch`` with ``view`` and score replacement candidates.
+
+    The generator reads the backbone's embeddings without gradient: its loss never trains
+    the backbone (as in ELECTRA, samples are not back-propagated through).
+    """
+    batch, mask = view.corrupt(batch)
+    with torch.no_grad():
+        masked_emb = backbone.embed(batch.sparse, mask)
+        emb = backbone.embed(batch.sparse)
+    return batch, generator(masked_emb, batch.dense, emb, batch.sparse, mask)
 
 
 def replace_ids(sparse: torch.Tensor, proposal: Proposal, choice: torch.Tensor) -> torch.Tensor:

@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssl_rec._checks import check_nonnegative, check_positive
+from ssl_rec._checks import check_at_least, check_nonnegative, check_positive
 from ssl_rec.objectives._candidates import gumbel_noise
 from ssl_rec.objectives._replacement import (
-    FieldGenerator,
     Proposal,
-    ReplacementDiscriminator,
     detection_loss,
+    propose,
     replace_ids,
+    replacement_heads,
 )
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
@@ -56,29 +56,17 @@ class AdversarialFeatureReplacement(Objective):
     ) -> None:
         super().__init__()
         name = "AdversarialFeatureReplacement"
-        if generator_interval < 1:
-            raise ValueError(f"{name}.generator_interval must be >= 1, got {generator_interval}")
-        if generator_hidden < 1:
-            raise ValueError(f"{name}.generator_hidden must be >= 1, got {generator_hidden}")
         self.entropy_weight = check_nonnegative(name, "entropy_weight", entropy_weight)
         self.mlm_weight = check_nonnegative(name, "mlm_weight", mlm_weight)
         self.tau = check_positive(name, "tau", tau)
-        self.generator_interval = int(generator_interval)
+        self.generator_interval = check_at_least(name, "generator_interval", generator_interval)
+        self.generator_hidden = check_at_least(name, "generator_hidden", generator_hidden)
         self.view = view if view is not None else View(RandomFieldMask(0.3))
-        self.generator_hidden = int(generator_hidden)
 
     def setup(self, backbone: BackboneProtocol) -> None:
         """Build the generator and the per-field discriminator head."""
-        dims = backbone.dims
-        self.generator = FieldGenerator(
-            dims.n_fields,
-            dims.n_dense,
-            dims.embedding_dim,
-            self.generator_hidden,
-            num_candidates=256,
-        )
-        self.discriminator = ReplacementDiscriminator(
-            dims.output_dim, dims.n_fields, dims.embedding_dim
+        self.generator, self.discriminator = replacement_heads(
+            backbone.dims, self.generator_hidden, num_candidates=256
         )
 
     def generator_parameters(self) -> list[nn.Parameter]:
@@ -88,13 +76,9 @@ class AdversarialFeatureReplacement(Objective):
     def _propose(
         self, batch: Batch, backbone: BackboneProtocol
     ) -> tuple[Batch, Proposal, torch.Tensor]:
-        batch, mask = self.view.corrupt(batch)
-        with torch.no_grad():
-            masked_emb = backbone.embed(batch.sparse, mask)
-            emb = backbone.embed(batch.sparse)
-        proposal = self.generator(masked_emb, batch.dense, emb, batch.sparse, mask)
+        batch, proposal = propose(self.view, self.generator, batch, backbone)
         gen = self.view.rng(batch.sparse.device)
-        noisy = proposal.logits + gumbel_noise(proposal.logits.shape, gen, emb.device)
+        noisy = proposal.logits + gumbel_noise(proposal.logits.shape, gen, batch.sparse.device)
         # Column 0 is the true id: never proposed, so every masked field is replaced.
         noisy[:, 0] = float("-inf")
         return batch, proposal, noisy

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ssl_rec._checks import check_positive
+from ssl_rec._checks import check_at_least, check_positive
 from ssl_rec.metrics import alignment, uniformity
 from ssl_rec.objectives.base import Objective
 from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
@@ -42,8 +42,7 @@ class InfoNCE(Objective):
         self.temperature = check_positive("InfoNCE", "temperature", temperature)
         sizes = {"projection_dim": projection_dim, "hidden": hidden, "max_rows": max_rows}
         for key, value in sizes.items():
-            if value < 1:
-                raise ValueError(f"InfoNCE.{key} must be >= 1, got {value}")
+            check_at_least("InfoNCE", key, value)
         self.view = view if view is not None else View(CorrelatedFieldMask(0.5))
         self.projection_dim, self.hidden = int(projection_dim), int(hidden)
         self.max_rows = int(max_rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssl_rec._checks import check_rate
+from ssl_rec._checks import check_at_least, check_rate
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives.base import Objective, masked_mean
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
@@ -31,8 +31,7 @@ class MaskedDenseReconstruction(Objective):
     def __init__(self, view: View | None = None, mask_rate: float = 0.3, hidden: int = 128) -> None:
         super().__init__()
         self.mask_rate = check_rate("MaskedDenseReconstruction", "mask_rate", mask_rate)
-        if hidden < 1:
-            raise ValueError(f"MaskedDenseReconstruction.hidden must be >= 1, got {hidden}")
+        check_at_least("MaskedDenseReconstruction", "hidden", hidden)
         self.view = view if view is not None else View()
         self.hidden = int(hidden)
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssl_rec._checks import check_positive
+from ssl_rec._checks import check_at_least, check_positive
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives._candidates import candidate_logits
 from ssl_rec.objectives.base import Objective
@@ -48,8 +48,7 @@ class MaskedFeaturePrediction(Objective):
     ) -> None:
         super().__init__()
         for key, value in (("num_candidates", num_candidates), ("hidden", hidden)):
-            if value < 1:
-                raise ValueError(f"MaskedFeaturePrediction.{key} must be >= 1, got {value}")
+            check_at_least("MaskedFeaturePrediction", key, value)
         if full_softmax_max < 0:
             raise ValueError(
                 f"MaskedFeaturePrediction.full_softmax_max must be >= 0, got {full_softmax_max}"

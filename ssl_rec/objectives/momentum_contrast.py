@@ -7,7 +7,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from ssl_rec._checks import check_positive, check_rate
+from ssl_rec._checks import check_at_least, check_positive, check_rate
 from ssl_rec.metrics import alignment, uniformity
 from ssl_rec.models.backbone import ema_update
 from ssl_rec.objectives.base import Objective
@@ -56,8 +56,7 @@ class MomentumContrast(Objective):
         self.momentum = check_rate("MomentumContrast", "momentum", momentum)
         sizes = {"projection_dim": projection_dim, "queue_size": queue_size, "max_rows": max_rows}
         for key, value in sizes.items():
-            if value < 1:
-                raise ValueError(f"MomentumContrast.{key} must be >= 1, got {value}")
+            check_at_least("MomentumContrast", key, value)
         self.view = view if view is not None else View(CorrelatedFieldMask(0.5))
         self.projection_dim, self.queue_size = int(projection_dim), int(queue_size)
         self.max_rows = int(max_rows)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ssl_rec._checks import check_nonnegative, check_positive
+from ssl_rec._checks import check_at_least, check_nonnegative, check_positive
 from ssl_rec.objectives._candidates import gumbel_noise
 from ssl_rec.objectives._replacement import (
-    FieldGenerator,
     Proposal,
-    ReplacementDiscriminator,
     detection_loss,
+    propose,
     replace_ids,
+    replacement_heads,
 )
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
@@ -53,34 +53,19 @@ class ReplacedFeatureDetection(Objective):
         name = "ReplacedFeatureDetection"
         self.generator_weight = check_nonnegative(name, "generator_weight", generator_weight)
         self.sample_temperature = check_positive(name, "sample_temperature", sample_temperature)
-        sizes = {"generator_hidden": generator_hidden, "num_candidates": num_candidates}
-        for key, value in sizes.items():
-            if value < 1:
-                raise ValueError(f"{name}.{key} must be >= 1, got {value}")
+        self.generator_hidden = check_at_least(name, "generator_hidden", generator_hidden)
+        self.num_candidates = check_at_least(name, "num_candidates", num_candidates)
         self.view = view if view is not None else View(RandomFieldMask(0.3))
-        self.generator_hidden, self.num_candidates = int(generator_hidden), int(num_candidates)
 
     def setup(self, backbone: BackboneProtocol) -> None:
         """Build the generator and the per-field discriminator head."""
-        dims = backbone.dims
-        self.generator = FieldGenerator(
-            dims.n_fields,
-            dims.n_dense,
-            dims.embedding_dim,
-            self.generator_hidden,
-            self.num_candidates,
-        )
-        self.discriminator = ReplacementDiscriminator(
-            dims.output_dim, dims.n_fields, dims.embedding_dim
+        self.generator, self.discriminator = replacement_heads(
+            backbone.dims, self.generator_hidden, self.num_candidates
         )
 
     def propose(self, batch: Batch, backbone: BackboneProtocol) -> tuple[Batch, Proposal]:
         """Corrupt/mask ``batch`` with the view and score replacement candidates."""
-        batch, mask = self.view.corrupt(batch)
-        with torch.no_grad():
-            masked_emb = backbone.embed(batch.sparse, mask)
-            emb = backbone.embed(batch.sparse)
-        return batch, self.generator(masked_emb, batch.dense, emb, batch.sparse, mask)
+        return propose(self.view, self.generator, batch, backbone)
 
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Discriminator BCE (balanced) plus ``generator_weight`` times the generator's MLM."""

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from ssl_rec._checks import check_rate
+from ssl_rec._checks import check_at_least, check_rate
 
 
 def random_field_mask(
@@ -103,10 +103,8 @@ class CorrelatedFieldMask(nn.Module):
     def __init__(self, rate: float = 0.5, buckets: int = 32, fit_rows: int = 4096) -> None:
         super().__init__()
         self.rate = check_rate("CorrelatedFieldMask", "rate", rate)
-        if buckets < 2:
-            raise ValueError(f"CorrelatedFieldMask.buckets must be >= 2, got {buckets}")
-        if fit_rows < 1:
-            raise ValueError(f"CorrelatedFieldMask.fit_rows must be >= 1, got {fit_rows}")
+        check_at_least("CorrelatedFieldMask", "buckets", buckets, 2)
+        check_at_least("CorrelatedFieldMask", "fit_rows", fit_rows)
         self.buckets, self.fit_rows = int(buckets), int(fit_rows)
         # Not persistent: its shape is only known from data, and re-estimating it after a
         # restart from fresh rows is as good as the saved one.

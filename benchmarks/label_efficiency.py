@@ -6,7 +6,10 @@ trained from scratch on the same labels (same seeds, same labeled subsets). Writ
 ``results[objective][fraction] = {"mean_auc", "aucs"}`` plus ``scratch`` and ``oracle``
 entries to ``--json`` and an AUC-vs-fraction plot beside it.
 
-    python benchmarks/ssl.py --quick --json benchmarks/results/ssl.json
+    python benchmarks/label_efficiency.py --quick --json benchmarks/results/label_efficiency.json
+
+Every run is built from the shipped YAML configs (``configs/pretrain/*.yaml`` per family and
+``configs/finetune/ctr.yaml``) with size overrides.
 """
 
 from __future__ import annotations
@@ -19,28 +22,28 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
-import _isolate  # noqa: F401  (must precede torch: see _isolate.py)
 import pytorch_lightning as pl
 import torch
 from _figures import save_figure
 
-from ssl_rec.data import SyntheticConfig, SyntheticCTRDataModule
-from ssl_rec.hardware import TableSpec
-from ssl_rec.lightning import CTRModule, PretrainModule
-from ssl_rec.models import Backbone, DLRMEncoder
-from ssl_rec.objectives import (
-    InfoNCE,
-    MaskedDenseReconstruction,
-    MaskedFeaturePrediction,
-    ReplacedFeatureDetection,
-)
-from ssl_rec.views import FeatureSwap, RandomFieldMask, View
+from ssl_rec.cli import instantiate
 
 warnings.filterwarnings("ignore", ".*LeafSpec.*")
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
+
+ROOT = Path(__file__).resolve().parents[1]
+# One representative pretraining config per family (generative, contrastive, adversarial).
+FAMILY_CONFIGS = {
+    "generative": ROOT / "configs/pretrain/mfp.yaml",
+    "contrastive": ROOT / "configs/pretrain/contrastive.yaml",
+    "adversarial": ROOT / "configs/pretrain/rfd.yaml",
+}
+FINETUNE_CONFIG = ROOT / "configs/finetune/ctr.yaml"
+QUIET = ["--trainer.logger=false", "--trainer.enable_checkpointing=false",
+         "--trainer.callbacks=null", "--trainer.enable_progress_bar=false",
+         "--trainer.enable_model_summary=false"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,60 +62,21 @@ FULL = Sizes(300_000, 50_000, (0.01, 0.1, 1.0), (0, 1, 2), 1, 1024, 600_000, 10)
 QUICK = Sizes(40_000, 10_000, (0.02, 1.0), (0,), 1, 512, 40_000, 5)
 
 
-def objectives(seed: int) -> dict[str, dict]:
-    """One representative per family (generative, contrastive, adversarial)."""
-    return {
-        "generative": {
-            "mfp": MaskedFeaturePrediction(View(RandomFieldMask(0.3), seed=seed)),
-            "dense": MaskedDenseReconstruction(View(seed=seed + 100), mask_rate=0.3),
-        },
-        "contrastive": {
-            # SCARF-style views (each id swapped with another row's w.p. 0.3) at temperature
-            # 0.5 beat field masking (+0.0045 vs +0.0027 AUC at 1% labels, 3 seeds).
-            "info_nce": InfoNCE(
-                View(corruptions=[FeatureSwap(0.3)], seed=seed), temperature=0.5, max_rows=2048
-            ),
-        },
-        "adversarial": {
-            "rfd": ReplacedFeatureDetection(View(RandomFieldMask(0.3), seed=seed)),
-        },
-    }
-
-
-def backbone_factory(seed: int) -> partial:
-    encoder = partial(DLRMEncoder, bottom=[64], top=[256, 128])
-    tables = TableSpec(precision="fp32", optimizer="rowwise_adagrad", learning_rate=0.05)
-    return partial(Backbone, embedding_dim=16, tables=tables, encoder=encoder, seed=seed)
-
-
-def datamodule(sizes: Sizes, **kwargs) -> SyntheticCTRDataModule:
-    dm = SyntheticCTRDataModule(
-        n_train=sizes.pool, n_val=sizes.n_test, n_test=sizes.n_test,
-        synthetic=SyntheticConfig(seed=0), **kwargs,
-    )  # fmt: skip
-    dm.prepare_data()
-    dm.setup("fit")
-    return dm
-
-
-def trainer(max_epochs: int, **kwargs) -> pl.Trainer:
-    return pl.Trainer(
-        max_epochs=max_epochs, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", **kwargs,
-    )  # fmt: skip
+def data_args(sizes: Sizes, batch_size: int, seed: int) -> list[str]:
+    """The same synthetic pool for every run (the data's own seed is fixed)."""
+    return [f"--data.init_args.n_train={sizes.pool}", f"--data.init_args.n_val={sizes.n_test}",
+            f"--data.init_args.n_test={sizes.n_test}", f"--data.init_args.batch_size={batch_size}",
+            f"--data.init_args.seed={seed}", f"--seed_everything={seed}"]  # fmt: skip
 
 
 def pretrain(sizes: Sizes, family: str, seed: int, out_dir: Path) -> Path:
-    pl.seed_everything(seed, verbose=False)
-    dm = datamodule(sizes, batch_size=sizes.pretrain_batch, use_labels=False, seed=seed)
-    module = PretrainModule(
-        backbone_factory(seed), objectives(seed)[family], schema=dm.schema.to_dict(),
-        learning_rate=1e-3,
-    )  # fmt: skip
-    t = trainer(sizes.pretrain_epochs, limit_val_batches=0)
-    t.fit(module, datamodule=dm)
+    cli = instantiate(["--config", str(FAMILY_CONFIGS[family]), *QUIET,
+                       *data_args(sizes, sizes.pretrain_batch, seed),
+                       f"--trainer.max_epochs={sizes.pretrain_epochs}",
+                       "--trainer.limit_val_batches=0"])  # fmt: skip
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     path = out_dir / f"{family}_seed{seed}.ckpt"
-    t.save_checkpoint(path)
+    cli.trainer.save_checkpoint(path)
     return path
 
 
@@ -131,20 +95,21 @@ class BestValAUC(pl.Callback):
 def finetune(
     sizes: Sizes, fraction: float, seed: int, init_from: Path | None, embedding_lr: float | None
 ) -> float:
-    pl.seed_everything(seed, verbose=False)
     labeled = max(1, round(fraction * sizes.pool))
     batch = int(min(4096, max(256, labeled // 50)))
     epochs = int(min(sizes.max_epochs, max(1, round(sizes.finetune_rows / labeled))))
-    dm = datamodule(sizes, batch_size=batch, label_fraction=fraction, seed=seed)
-    module = CTRModule(
-        backbone_factory(seed), dm.schema.to_dict(), learning_rate=1e-3,
-        init_from=None if init_from is None else str(init_from), embedding_lr=embedding_lr,
-    )  # fmt: skip
+    model = [f"--model.init_args.init_from={init_from}"] if init_from else []
+    # The table step of a from-scratch run is the backbone's own (TableSpec.learning_rate).
+    model.append(f"--model.init_args.embedding_lr={embedding_lr or 'null'}")
+    run = [f"--data.init_args.label_fraction={fraction}", f"--trainer.max_epochs={epochs}",
+           "--trainer.num_sanity_val_steps=0"]  # fmt: skip
+    cli = instantiate(["--config", str(FINETUNE_CONFIG), *QUIET, *model,
+                       *data_args(sizes, batch, seed), *run])  # fmt: skip
     best = BestValAUC()
-    t = trainer(epochs, callbacks=[best], num_sanity_val_steps=0)
-    t.fit(module, datamodule=dm)
-    module.load_state_dict(best.state)
-    metrics = t.test(module, datamodule=dm, verbose=False)[0]
+    cli.trainer.callbacks.append(best)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli.model.load_state_dict(best.state)
+    metrics = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]
     return float(metrics["test/auc"])
 
 
@@ -205,7 +170,8 @@ def run(sizes: Sizes, families: list[str], embedding_lr: float | None) -> dict:
                     took = time.time() - start
                     print(f"[{took:6.0f}s] {family} f={fraction} seed={seed} {auc:.4f}")
     out = {name: {f: summarize(a) for f, a in per.items()} for name, per in results.items()}
-    out["oracle"] = datamodule(sizes).oracle_metrics("test")
+    cli = instantiate(["--config", str(FINETUNE_CONFIG), *QUIET, *data_args(sizes, 4096, 0)])
+    out["oracle"] = cli.datamodule.oracle_metrics("test")
     lrs = {f: embedding_lr or FINETUNE_EMBEDDING_LR.get(f) for f in families}
     out["config"] = {**sizes.__dict__, "finetune_embedding_lr": lrs,
                      "seconds": round(time.time() - start)}  # fmt: skip
@@ -215,7 +181,8 @@ def run(sizes: Sizes, families: list[str], embedding_lr: float | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (~3 minutes)")
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/ssl.json"))
+    out = Path("benchmarks/results/label_efficiency.json")
+    parser.add_argument("--json", type=Path, default=out)
     parser.add_argument("--families", default="generative,contrastive,adversarial")
     parser.add_argument("--scratch-only", action="store_true")
     parser.add_argument(
