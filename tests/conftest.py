@@ -1,4 +1,4 @@
-"""Shared pytest setup: offline W&B/HF, per-session caches, slow and gpu markers."""
+"""Shared pytest setup: offline W&B/HF, per-session caches, the slow marker."""
 
 from __future__ import annotations
 
@@ -30,10 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--runslow"):
+        return
     skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
-    skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "slow" in item.keywords and not config.getoption("--runslow"):
+        if "slow" in item.keywords:
             item.add_marker(skip_slow)
-        if "gpu" in item.keywords and not torch.cuda.is_available():
-            item.add_marker(skip_gpu)

@@ -40,7 +40,7 @@ def tiny_data_args(config: Path, inputs: dict[str, Path]) -> list[str]:
     args = [f"--data.init_args.cache_dir={inputs['cache']}", "--data.init_args.batch_size=64"]
     if "data/criteo.yaml" in text:
         return [*args, f"--data.init_args.path={inputs['criteo']}"]
-    if "data/tabular.yaml" in text:
+    if "data/tabular" in text:
         columns = ["label=clicked", "dense=[price]", "categorical=[user,item]"]
         return [*args, f"--data.init_args.path={inputs['tabular']}",
                 *(f"--data.init_args.{c}" for c in columns)]  # fmt: skip

@@ -9,6 +9,7 @@ hyperparameters saved in the checkpoint by ``ssl-rec fit``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +31,17 @@ from ssl_rec.evaluation import (
 from ssl_rec.lightning.checkpoint import load_module, read_checkpoint
 
 DM_HPARAMS = "datamodule_hyper_parameters"
+log = logging.getLogger(__name__)
 
 
-def datamodule_from(ckpt: str, data: pl.LightningDataModule | None) -> pl.LightningDataModule:
-    """Return ``data`` if given, else the data module rebuilt from the checkpoint."""
+def datamodule_from(
+    ckpt: str, data: pl.LightningDataModule | None, use_labels: bool | None = None
+) -> pl.LightningDataModule:
+    """Return ``data`` if given, else the data module rebuilt from the checkpoint.
+
+    ``use_labels`` overrides the recorded setting (a pretraining run read its training rows
+    without labels; probes need them).
+    """
     if data is not None:
         return data
     hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
@@ -42,7 +50,10 @@ def datamodule_from(ckpt: str, data: pl.LightningDataModule | None) -> pl.Lightn
             f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
             "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
         )
-    return instantiate_module(pl.LightningDataModule, dict(hparams))
+    hparams = dict(hparams)
+    if use_labels is not None and "use_labels" in hparams:
+        hparams["use_labels"] = use_labels
+    return instantiate_module(pl.LightningDataModule, hparams)
 
 
 def split_loader(datamodule: pl.LightningDataModule, split: str) -> Any:
@@ -133,7 +144,7 @@ def evaluate(
     """
     module = load_module(ckpt)
     config = EvalConfig(train_rows, test_rows, knn_k, tuple(ks or (10, 50)), index, item_field)
-    datamodule = datamodule_from(ckpt, data)
+    datamodule = datamodule_from(ckpt, data, use_labels=True)
     truth = None
     if isinstance(datamodule, SyntheticCTRDataModule):
         truth = datamodule.click_model().latent_truth
@@ -141,6 +152,8 @@ def evaluate(
         module, split_loader(datamodule, "train"), split_loader(datamodule, "test"), config, truth
     )
     print(format_table(results))
+    if "probes_skipped" in results:
+        log.warning("kNN and linear probes skipped: %s", results["probes_skipped"])
     if json_out:
         atomic_write_json(Path(json_out), _json_safe(results))
     return results
@@ -171,9 +184,9 @@ def _json_safe(obj: Any) -> Any:
 
 def export_main(argv: Sequence[str]) -> str:
     """Entry of ``ssl-rec export``; ``--help`` lists the flags."""
-    return CLI(export, args=list(argv), as_positional=False)
+    return CLI(export, args=list(argv), as_positional=False, exit_on_error=False)
 
 
 def evaluate_main(argv: Sequence[str]) -> dict[str, Any]:
     """Entry of ``ssl-rec evaluate-embeddings``; ``--help`` lists the flags."""
-    return CLI(evaluate, args=list(argv), as_positional=False)
+    return CLI(evaluate, args=list(argv), as_positional=False, exit_on_error=False)

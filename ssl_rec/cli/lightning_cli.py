@@ -7,21 +7,8 @@ from typing import Any
 
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
+from ssl_rec.cli.environment import wandb_offline
 from ssl_rec.lightning.callbacks import MetricsJSON
-
-
-def configure_environment() -> None:
-    """Offline-first defaults: W&B offline without an API key, no dataset/model hub access."""
-    if not os.environ.get("WANDB_API_KEY"):
-        os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
-
-def wandb_offline() -> bool:
-    """Whether W&B should run offline (the default unless an API key is configured)."""
-    return os.environ.get("WANDB_MODE", "offline") in ("offline", "disabled")
 
 
 def _schema_dict(schema: Any) -> dict:
@@ -30,6 +17,11 @@ def _schema_dict(schema: Any) -> dict:
 
 class SSLRecCLI(LightningCLI):
     """LightningCLI wired for ssl-rec: schema linking, W&B by default, metrics.json."""
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """Parsers raise their errors, so ``ssl_rec.cli.errors`` can report them in one line."""
+        kwargs.setdefault("exit_on_error", False)
+        return super().init_parser(**kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Link the data's feature schema into the model and add the metrics writer."""

@@ -9,6 +9,7 @@ Examples:
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -16,7 +17,9 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from ssl_rec.cli.lightning_cli import SSLRecCLI, configure_environment, trainer_defaults
+from ssl_rec.cli.environment import configure_environment
+from ssl_rec.cli.errors import guarded
+from ssl_rec.cli.lightning_cli import SSLRecCLI, trainer_defaults
 
 
 def _export(argv: Sequence[str]) -> Any:
@@ -36,6 +39,35 @@ EXTRA_COMMANDS: dict[str, Callable[[Sequence[str]], Any]] = {
     "export": _export,
     "evaluate-embeddings": _evaluate,
 }
+# Every subcommand with its one-line description, for `ssl-rec --help`.
+SUBCOMMANDS = {
+    "fit": "train a model from a config (pretraining or CTR)",
+    "validate": "validation metrics of a checkpoint",
+    "test": "test metrics of a checkpoint (writes metrics.json)",
+    "predict": "predictions of a checkpoint",
+    "export": "export entity embeddings and representations with FAISS indexes",
+    "evaluate-embeddings": "probe and measure a checkpoint's representations",
+}
+HELP = """usage: ssl-rec SUBCOMMAND [options]     (ssl-rec SUBCOMMAND --help for its options)
+
+Self-supervised representation learning for recommender systems.
+
+subcommands:
+{rows}
+
+examples:
+  ssl-rec fit --config configs/ctr/synthetic.yaml
+  ssl-rec test --config configs/ctr/synthetic.yaml \\
+      --ckpt_path runs/ctr/synthetic/checkpoints/last.ckpt
+  ssl-rec export --ckpt CKPT --out runs/export --fields '[C1,C2]'
+
+--debug (or SSL_REC_DEBUG=1) shows the Python traceback of an error."""
+
+
+def print_help() -> None:
+    """The overview of every subcommand (LightningCLI's own help lists only its four)."""
+    rows = "\n".join(f"  {name:<22}{text}" for name, text in SUBCOMMANDS.items())
+    print(HELP.format(rows=rows))
 
 
 def run(args: Sequence[str] | None = None) -> Any:
@@ -46,17 +78,27 @@ def run(args: Sequence[str] | None = None) -> Any:
     """
     configure_environment()
     argv = list(sys.argv[1:] if args is None else args)
-    if argv and argv[0] in EXTRA_COMMANDS:
+    if not argv or argv[0] in ("-h", "--help"):
+        print_help()
+        return None
+    if argv[0] in EXTRA_COMMANDS:
         return EXTRA_COMMANDS[argv[0]](argv[1:])
-    return SSLRecCLI(
-        pl.LightningModule,
-        pl.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        trainer_defaults=trainer_defaults(),
-        save_config_kwargs={"overwrite": True},
-        args=argv if args is not None else None,
-    )
+    return _lightning_cli(argv, save_config_kwargs={"overwrite": True})
+
+
+def _lightning_cli(argv: Sequence[str], **kwargs: Any) -> SSLRecCLI:
+    with warnings.catch_warnings():
+        # The command line is given explicitly (it may differ from sys.argv: --debug, scripts).
+        warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
+        return SSLRecCLI(
+            pl.LightningModule,
+            pl.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            trainer_defaults=trainer_defaults(),
+            args=list(argv),
+            **kwargs,
+        )
 
 
 def instantiate(args: Sequence[str]) -> SSLRecCLI:
@@ -73,24 +115,19 @@ def instantiate(args: Sequence[str]) -> SSLRecCLI:
 
     """
     configure_environment()
-    with warnings.catch_warnings():
-        # The caller's own sys.argv (a script's flags) is not meant for this parser.
-        warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
-        return SSLRecCLI(
-            pl.LightningModule,
-            pl.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            trainer_defaults=trainer_defaults(),
-            save_config_callback=None,
-            run=False,
-            args=list(args),
-        )
+    return _lightning_cli(args, save_config_callback=None, run=False)
 
 
 def main(args: Sequence[str] | None = None) -> None:
-    """Entry point of the ``ssl-rec`` console script (returns nothing, so exit status is 0)."""
-    run(args)
+    """Entry point of the ``ssl-rec`` console script.
+
+    A user's mistake (bad data, config value, path) prints one line and exits with status 2;
+    ``--debug`` shows the traceback. Returns nothing, so success exits with status 0.
+    """
+    try:
+        guarded(run, list(sys.argv[1:] if args is None else args))
+    except BrokenPipeError:  # output piped into a program that stopped reading (`| head`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stream
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ instantiation.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
 
 _SUBSET_STREAM = 7
+log = logging.getLogger(__name__)
 
 
 class ArrowDataModule(pl.LightningDataModule):
@@ -146,6 +148,10 @@ class ArrowDataModule(pl.LightningDataModule):
                 perm = np.random.default_rng([self.seed, _SUBSET_STREAM]).permutation(n)
                 row_ids = np.sort(perm[:k])
                 table = table.take(pa.array(row_ids))
+                log.info(
+                    "training on %d of %d labeled rows (label_fraction=%g)",
+                    k, n, self.label_fraction,
+                )  # fmt: skip
         rank, world = self._shard()
         return BatchLoader(
             table, self.batch_size, shuffle=train, seed=self.seed,

@@ -96,6 +96,8 @@ def evaluate_embeddings(
     if tr.labels is not None and te.labels is not None:
         results["knn_probe"] = knn_probe(tr.vectors, tr.labels, te.vectors, te.labels, config.knn_k)
         results["linear_probe"] = linear_probe(tr.vectors, tr.labels, te.vectors, te.labels)
+    else:
+        results["probes_skipped"] = "the train or test batches have no labels"
     results["geometry"] = geometry(backbone, test, config)
     results["retrieval"] = retrieval(backbone, test, config)
     if latent_truth is not None:

@@ -149,3 +149,19 @@ def test_knn_probe_callback_logs(trained, tmp_path):
     assert "knn/auc" in trainer.callback_metrics
     with pytest.raises(ValueError, match="every_n_epochs"):
         KNNProbeCallback(every_n_epochs=0)
+
+
+def test_evaluate_pretraining_checkpoint_probes_with_labels(tmp_path):
+    """A pretraining run read its rows without labels; evaluation still probes with them."""
+    root = tmp_path / "pre"
+    config = str(Path(__file__).parents[2] / "configs" / "pretrain" / "mfp.yaml")
+    main(["fit", "--config", config, "--trainer.default_root_dir", str(root),
+          "--trainer.max_steps", "2", "--trainer.logger", "false",
+          "--trainer.limit_val_batches", "1", "--data.init_args.batch_size", "500",
+          "--data.init_args.cache_dir", str(tmp_path / "cache"), *SIZES])  # fmt: skip
+    out = tmp_path / "eval.json"
+    main(["evaluate-embeddings", "--ckpt", str(root / "checkpoints" / "last.ckpt"),
+          "--json_out", str(out), "--train_rows", "1000", "--test_rows", "500"])  # fmt: skip
+    results = json.loads(out.read_text())
+    assert "probes_skipped" not in results
+    assert 0.0 <= results["knn_probe"]["auc"] <= 1.0

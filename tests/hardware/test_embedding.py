@@ -165,16 +165,22 @@ def test_memory_report_equals_estimate_and_buffer_bytes():
     assert state_bytes == total["total_bytes"] + total["optimizer_state"]
 
 
-@pytest.mark.parametrize(
-    "spec,dim,ratio",
-    [
-        (TableSpec("int8", 0.05), 64, 3.0),
-        (TableSpec("int8", 0.05, "lfu"), 64, 3.0),
-        (TableSpec("int4", 0.01), 64, 6.5),
-        (TableSpec("int4", 0.01), 128, 7.0),
-    ],
-)
-def test_criteo_memory_acceptance(spec, dim, ratio):
+# The memory claims of README.md / docs/PERFORMANCE.md at Criteo-Kaggle cardinalities:
+# (spec, D, x less than FP32 counting the weights, x counting row-wise Adagrad state on
+# both sides). The seed paper's 3x (INT8 + 5%) and >7x (INT4 + 1%) hold for the weights;
+# the optimizer state, the same on both sides, narrows them.
+MEMORY_CLAIMS = [
+    (TableSpec("int8", 0.05), 64, 3.0, 2.9),
+    (TableSpec("int8", 0.05, "lfu"), 64, 3.0, 2.9),
+    (TableSpec("int8", 0.05), 128, 3.1, 3.1),
+    (TableSpec("int4", 0.01), 64, 6.6, 6.1),
+    (TableSpec("int4", 0.01), 128, 7.0, 6.6),
+]
+
+
+@pytest.mark.parametrize(("spec", "dim", "weights", "with_state"), MEMORY_CLAIMS)
+def test_criteo_memory_claims(spec, dim, weights, with_state):
     report = MixedPrecisionEmbeddingCollection.estimate_memory(CRITEO_KAGGLE, dim, spec)
-    assert report["compression"] >= ratio
     assert report["total"]["optimizer_state"] == 4 * sum(CRITEO_KAGGLE)
+    assert report["compression"] >= weights
+    assert report["compression_with_optimizer"] >= with_state

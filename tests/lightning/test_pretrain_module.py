@@ -76,6 +76,42 @@ def test_fast_dev_run_adversarial_uses_manual_optimization(tmp_path) -> None:
     assert len(module.trainer.optimizers) == 2
 
 
+class _GeneratorStepSpy(pl.Callback):
+    """Snapshots every non-generator parameter right before the generator's optimizer steps."""
+
+    def __init__(self, generator: set[int]) -> None:
+        self.generator, self.checked = generator, 0
+        self.before: dict[str, torch.Tensor] | None = None
+
+    def on_before_optimizer_step(self, trainer, module, optimizer) -> None:
+        if optimizer is trainer.optimizers[1]:
+            self.before = {n: p.detach().clone() for n, p in module.named_parameters()
+                           if id(p) not in self.generator}  # fmt: skip
+
+    def on_train_batch_end(self, trainer, module, *args) -> None:
+        if self.before is None:
+            return
+        after = dict(module.named_parameters())
+        changed = [n for n, p in self.before.items() if not torch.equal(p, after[n])]
+        assert not changed, f"the generator's step changed {changed[:3]}"
+        self.before, self.checked = None, self.checked + 1
+
+
+def test_generator_step_leaves_encoder_and_discriminator_untouched(tmp_path) -> None:
+    objective = AdversarialFeatureReplacement(View(RandomFieldMask(0.5), seed=0))
+    module = PretrainModule(factory(), {"afr": objective}, schema=schema())
+    generator = {id(p) for p in objective.generator_parameters()}
+    spy = _GeneratorStepSpy(generator)
+    gen_before = [p.clone() for p in objective.generator_parameters()]
+    trainer(tmp_path, max_epochs=1, callbacks=[spy], enable_checkpointing=False).fit(
+        module, train_dataloaders=loader(batches())
+    )
+    assert spy.checked == 3  # one generator step per batch (generator_interval=1)
+    moved = [not torch.equal(a, b) for a, b in zip(gen_before, objective.generator_parameters(),
+                                                   strict=True)]  # fmt: skip
+    assert any(moved)
+
+
 def test_fast_dev_run_composed_objectives_logs_per_objective(tmp_path) -> None:
     objectives = {
         "mfp": MaskedFeaturePrediction(),

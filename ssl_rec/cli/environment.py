@@ -1,0 +1,52 @@
+"""Process-wide defaults of the command line: offline services, the library's log, less noise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+
+# Dependency messages every run would print that say nothing about the user's run.
+_NOISY_WARNINGS = (
+    # Lightning 2.6 on torch 2.13, once per fit (see STACK notes).
+    (r".*isinstance\(treespec, LeafSpec\) is deprecated.*", FutureWarning),
+    # The batch loaders read memory-mapped Arrow in-process; DataLoader workers do not apply.
+    (r".*does not have many workers.*", UserWarning),
+)
+_NOISY_LOG_PREFIXES = ("💡 Tip:", "TPU available:", "GPU available: False")
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(_NOISY_LOG_PREFIXES)
+
+
+def configure_environment() -> None:
+    """Offline W&B and hubs by default, ``ssl_rec`` info logs on stderr, dependency noise off.
+
+    W&B runs offline unless an API key is configured; HuggingFace hubs are never contacted.
+    Idempotent: the handler and filters are installed once per process.
+    """
+    if not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    for message, category in _NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message, category)
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropNoise) for f in logger.filters):
+            logger.addFilter(_DropNoise())
+    library = logging.getLogger("ssl_rec")
+    if not library.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        library.addHandler(handler)
+        library.setLevel(logging.INFO)
+
+
+def wandb_offline() -> bool:
+    """Whether W&B should run offline (the default unless an API key is configured)."""
+    return os.environ.get("WANDB_MODE", "offline") in ("offline", "disabled")

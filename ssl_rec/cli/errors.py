@@ -1,0 +1,104 @@
+"""The command line's error boundary: a user's mistake becomes one or two lines and exit status 2.
+
+Errors the library raises for bad input (``ValueError`` and the file errors) and the
+config parser's errors are reported as ``ssl-rec: error: <what and where>``; the message
+of a nested jsonargparse error is reduced to the offending key and its innermost reason.
+``--debug`` (or ``SSL_REC_DEBUG=1``) shows the traceback instead. Any other exception is
+an internal error and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+# Exceptions that carry a message meant for the user (bad data, config values, paths).
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    KeyError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    argparse.ArgumentError,
+)
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "SSL_REC_DEBUG"
+EXIT_USAGE = 2
+_KEY = re.compile(r'Parser key "([^"]+)"')
+# Lines of a nested jsonargparse error that explain its structure, not the mistake.
+_NOISE = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "Given value type:",
+    "Given value:",
+    "Expected a <class 'NoneType'>",
+    "Problem with given class_path",
+    "tip: For details",
+)
+
+
+def debug_requested(argv: Sequence[str]) -> bool:
+    """Whether the traceback should be shown (``--debug`` or ``SSL_REC_DEBUG=1``)."""
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def summarize_parser_error(message: str) -> str:
+    """Reduce a (possibly nested) jsonargparse message to ``key > key: innermost reason``.
+
+    The innermost (most indented) line that is not structure is the reason; the parser keys
+    on the lines above it name where it is.
+    """
+    lines = [line for line in message.splitlines() if line.strip()]
+    reasons = [
+        (len(line) - len(line.lstrip()), line.strip())
+        for line in lines
+        if not _KEY.fullmatch(line.strip().rstrip(":")) and not line.strip().startswith(_NOISE)
+    ]
+    if not reasons:
+        return " ".join(line.strip() for line in lines)
+    depth, reason = max(reasons, key=lambda r: r[0])
+    line_of_reason = " " * depth + reason
+    keys = [k for line in lines[: lines.index(line_of_reason)]
+            for k in _KEY.findall(line)]  # fmt: skip
+    reason = _KEY.sub(lambda m: m.group(1), reason).removeprefix("- ")
+    return f"{' > '.join(dict.fromkeys(keys))}: {reason}" if keys else reason
+
+
+def describe(error: BaseException) -> str:
+    """One or two lines saying what is wrong and where."""
+    text = str(error)
+    if isinstance(error, argparse.ArgumentError) or "Parser key" in text or "Subtypes:" in text:
+        return summarize_parser_error(text)
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    text = text.strip() or type(error).__name__
+    if isinstance(error, KeyError):
+        text = text.strip("'\"")
+    lines = text.splitlines()
+    return "\n".join(lines[:2]) + (" ..." if len(lines) > 2 else "")
+
+
+def fail(error: BaseException) -> NoReturn:
+    """Print ``ssl-rec: error: ...`` and a hint on stderr, exit with status 2."""
+    print(f"ssl-rec: error: {describe(error)}", file=sys.stderr)
+    print(f"  (run with {DEBUG_FLAG} for the traceback)", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def guarded(command: Callable[[list[str]], Any], argv: Sequence[str]) -> Any:
+    """Run ``command(argv)`` (without ``--debug``) inside the error boundary."""
+    debug = debug_requested(argv)
+    args = [a for a in argv if a != DEBUG_FLAG]
+    if debug:
+        return command(args)
+    try:
+        return command(args)
+    except USER_ERRORS as error:
+        fail(error)
