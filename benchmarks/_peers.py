@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import importlib.util
+import io
 from collections.abc import Callable
 
 import numpy as np
@@ -28,31 +28,40 @@ _ARRAYS: dict[tuple[float, int, str], tuple[Arrays, list[str], list[int]]] = {}
 
 def _collect(loader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     batches = list(loader)
-    return (np.concatenate([b.dense.numpy() for b in batches]),
-            np.concatenate([b.sparse.numpy() for b in batches]),
-            np.concatenate([b.label.numpy() for b in batches]))  # fmt: skip
+    return (
+        np.concatenate([b.dense.numpy() for b in batches]),
+        np.concatenate([b.sparse.numpy() for b in batches]),
+        np.concatenate([b.label.numpy() for b in batches]),
+    )
 
 
 def arrays(fraction: float, seed: int, cache: str) -> tuple[Arrays, list[str], list[int]]:
     """The labeled training rows of ``(fraction, seed)`` and all val/test rows, as arrays."""
     key = (fraction, seed, cache)
     if key not in _ARRAYS:
-        dm = MovieLensDataModule(batch_size=4096, label_fraction=fraction, seed=seed,
-                                 cache_dir=cache)  # fmt: skip
-        splits = {"train": _collect(dm.train_dataloader()), "val": _collect(dm.val_dataloader()),
-                  "test": _collect(dm.test_dataloader())}  # fmt: skip
+        dm = MovieLensDataModule(
+            batch_size=4096, label_fraction=fraction, seed=seed, cache_dir=cache
+        )
+        splits = {
+            "train": _collect(dm.train_dataloader()),
+            "val": _collect(dm.val_dataloader()),
+            "test": _collect(dm.test_dataloader()),
+        }
         _ARRAYS[key] = splits, list(dm.schema.field_names), list(dm.schema.cardinalities)
     return _ARRAYS[key]
 
 
-def _deepctr(name: str, data: Arrays, fields: list[str], cards: list[int], seed: int,
-             epochs: int, batch: int) -> Run:  # fmt: skip
+def _deepctr(
+    name: str, data: Arrays, fields: list[str], cards: list[int], seed: int, epochs: int, batch: int
+) -> Run:
     from deepctr_torch.inputs import DenseFeat, SparseFeat
     from deepctr_torch.models import DCN, DeepFM, xDeepFM
 
     cls = {"deepctr_deepfm": DeepFM, "deepctr_dcn": DCN, "deepctr_xdeepfm": xDeepFM}[name]
-    columns = [SparseFeat(f, vocabulary_size=c, embedding_dim=16) for f, c in zip(fields, cards,
-               strict=True)] + [DenseFeat("dense_0", 1)]  # fmt: skip
+    columns = [
+        SparseFeat(f, vocabulary_size=c, embedding_dim=16)
+        for f, c in zip(fields, cards, strict=True)
+    ] + [DenseFeat("dense_0", 1)]
     torch.manual_seed(seed)
     with contextlib.redirect_stdout(io.StringIO()):
         model = cls(columns, columns, task="binary", device="cpu", seed=seed)
@@ -103,8 +112,9 @@ def unavailable(name: str) -> str | None:
     return None
 
 
-def peer_runs(name: str, fraction: float, seed: int, epochs: int, cache: str,
-              batch: int) -> dict[str, Run]:  # fmt: skip
+def peer_runs(
+    name: str, fraction: float, seed: int, epochs: int, cache: str, batch: int
+) -> dict[str, Run]:
     """Every variant of peer ``name`` for one seed: ``variant -> (val AUC, test thunk)``."""
     data, fields, cards = arrays(fraction, seed, cache)
     if name == "sklearn_logistic":

