@@ -76,7 +76,7 @@ class Sizes:
     peers: tuple[str, ...]
 
 
-FULL = Sizes((0, 1, 2), (1.0, 0.1), 8, 3, tuple(PEERS))
+FULL = Sizes((0, 1, 2), (1.0, 0.1), 5, 2, tuple(PEERS))
 QUICK = Sizes((0,), (1.0, 0.1), 2, 1, tuple(PEERS))
 
 

@@ -82,7 +82,8 @@ def write_movielens_splits(out_dir: Path, split_seed: int) -> None:
     start = 0
     for name, fraction in SPLIT_FRACTIONS.items():
         stop = start + round(fraction * table.num_rows)
-        pq.write_table(table.take(pa.array(np.sort(order[start:stop]))), out_dir / f"{name}.parquet")
+        rows = pa.array(np.sort(order[start:stop]))
+        pq.write_table(table.take(rows), out_dir / f"{name}.parquet")
         start = stop
 
 
