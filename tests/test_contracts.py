@@ -120,6 +120,7 @@ ENCODERS = [
 BAD_ENCODER_HYPERPARAMETERS = {
     "DLRMEncoder": {"top": ()},
     "DCNv2Encoder": {"cross_layers": 0},
+    "DeepFMEncoder": {"deep": ()},
 }
 
 

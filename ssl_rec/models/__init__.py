@@ -1,7 +1,8 @@
-"""Models: field embeddings, interaction encoders (DLRM, DCNv2), heads and the Backbone."""
+"""Models: field embeddings, interaction encoders (DLRM, DCNv2, DeepFM), heads and the Backbone."""
 
 from ssl_rec.models.backbone import Backbone, as_schema, ema_update
 from ssl_rec.models.dcn import CrossLayer, DCNv2Encoder
+from ssl_rec.models.deepfm import DeepFMEncoder, FMInteraction
 from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.models.heads import CTRHead
@@ -14,7 +15,9 @@ __all__ = [
     "CrossLayer",
     "DCNv2Encoder",
     "DLRMEncoder",
+    "DeepFMEncoder",
     "DotInteraction",
+    "FMInteraction",
     "FieldEmbedding",
     "as_schema",
     "ema_update",

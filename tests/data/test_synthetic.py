@@ -1,7 +1,10 @@
+import hashlib
+
 import numpy as np
 import pytest
 
 from ssl_rec.data import SyntheticClickModel, SyntheticConfig, SyntheticCTRDataModule
+from ssl_rec.data.sources.synthetic_clicks import PRESETS
 from ssl_rec.metrics import binary_auc, binary_logloss
 from ssl_rec.vocabulary import load_vocabulary
 
@@ -96,3 +99,73 @@ def test_bad_datamodule_args(tmp_path):
         SyntheticCTRDataModule(batch_size=0)
     with pytest.raises(ValueError, match="n_train must be in"):
         SyntheticCTRDataModule(n_train=0)
+
+
+def _digest(rows) -> str:
+    h = hashlib.sha256()
+    for name in ("dense", "dense_missing", "sparse", "prob", "label", "user_cluster"):
+        h.update(np.ascontiguousarray(getattr(rows, name)).tobytes())
+    return h.hexdigest()
+
+
+def test_easy_preset_rows_unchanged():
+    # Digest of rows drawn before difficulty became parameters: the default ("easy") must
+    # keep every row bit for bit, so cached data and published figures stay valid.
+    config = SyntheticConfig(seed=2, cardinality_scale=0.0005)
+    rows = SyntheticClickModel(config).rows("val", 1, 3000)
+    assert _digest(rows) == "b74fb7728fc4417b2647aff51de6dd4cbd93e0ba0525fc975df05e90cfd4e263"
+    explicit = SyntheticConfig(seed=2, cardinality_scale=0.0005, preset="easy",
+                               cluster_weight=6.0, pair_weight=0.2, id_effect_std=0.02)  # fmt: skip
+    assert _digest(SyntheticClickModel(explicit).rows("val", 1, 3000)) == _digest(rows)
+
+
+def test_presets_differ_and_overrides_apply():
+    easy, hard = SyntheticConfig(), SyntheticConfig(preset="hard")
+    assert easy.difficulty() == PRESETS["easy"] and hard.difficulty() == PRESETS["hard"]
+    assert hard.difficulty()["pair_weight"] >= 1.0 and hard.difficulty()["id_effect_std"] >= 0.08
+    a = SyntheticClickModel(easy).rows("test", 0, 2000)
+    b = SyntheticClickModel(hard).rows("test", 0, 2000)
+    assert not np.array_equal(a.prob, b.prob)
+    tweaked = SyntheticConfig(preset="hard", pair_weight=2.0).difficulty()
+    assert tweaked == {**PRESETS["hard"], "pair_weight": 2.0}
+    with pytest.raises(ValueError, match="preset must be one of \\('easy', 'hard'\\), got 'x'"):
+        SyntheticConfig(preset="x")
+    with pytest.raises(ValueError, match="pair_weight must be in"):
+        SyntheticConfig(pair_weight=-1.0)
+
+
+@pytest.mark.parametrize("preset", ["easy", "hard"])
+def test_logit_variance_decomposition_sums_to_total(preset):
+    gen = SyntheticClickModel(SyntheticConfig(preset=preset))
+    prob = gen.rows("train", 0, 20_000).prob.astype(np.float64)
+    logit = np.log(prob) - np.log1p(-prob)
+    report = gen.logit_variance(20_000)
+    assert set(report["shares"]) == {"cluster", "pair", "id_effects", "dense"}
+    assert sum(report["shares"].values()) == pytest.approx(1.0, abs=1e-9)
+    assert report["total"] == pytest.approx(np.var(logit), rel=0.1)
+    # Uncorrelated terms: shares equal own variance / total; the sum of own variances
+    # cannot exceed the total by much (only the small pair/cluster covariance).
+    own = sum(report["variance"].values())
+    assert own == pytest.approx(report["total"], rel=0.25)
+
+
+def test_hard_preset_is_not_dominated_by_the_user_cluster():
+    easy = SyntheticClickModel(SyntheticConfig()).logit_variance()
+    hard = SyntheticClickModel(SyntheticConfig(preset="hard")).logit_variance()
+    assert easy["shares"]["cluster"] > 0.9
+    assert hard["shares"]["cluster"] <= 0.5 and hard["user_cluster_r2"] <= 0.5
+    assert hard["shares"]["pair"] + hard["shares"]["id_effects"] >= 0.4
+
+
+def test_datamodule_preset_and_metadata(tmp_path):
+    kw = {"n_train": 2_000, "n_val": 500, "n_test": 500, "cache_dir": str(tmp_path)}
+    dm = SyntheticCTRDataModule(preset="hard", batch_size=500, **kw)
+    meta = dm.schema.metadata
+    assert meta["difficulty"] == PRESETS["hard"] and meta["synthetic"]["preset"] == "hard"
+    assert sum(meta["logit_variance"]["shares"].values()) == pytest.approx(1.0, abs=1e-9)
+    assert dm.click_model().weights == PRESETS["hard"]
+    easy = SyntheticCTRDataModule(batch_size=500, **kw)
+    assert easy.schema.metadata["difficulty"] == PRESETS["easy"]
+    assert easy.oracle_metrics("test")["auc"] != dm.oracle_metrics("test")["auc"]
+    with pytest.raises(ValueError, match="preset must be one of"):
+        SyntheticCTRDataModule(preset="medium", **kw)

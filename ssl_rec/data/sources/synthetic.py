@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from tqdm.auto import tqdm
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
 from ssl_rec.data.sources.synthetic_clicks import (
+    PRESETS,
     SYNTHETIC_VERSION,
     SyntheticClickModel,
     SyntheticConfig,
@@ -56,7 +58,9 @@ def write_synthetic_splits(
 
     Returns:
         The schema; ``metadata`` holds the synthetic config (to rebuild the click model), the
-        oracle metrics of each split and the row counts.
+        logit weights in force and the click logit's variance decomposition
+        (:meth:`SyntheticClickModel.logit_variance`), the oracle metrics of each split and
+        the row counts.
 
     """
     gen = SyntheticClickModel(config)
@@ -82,6 +86,8 @@ def write_synthetic_splits(
     metadata = {
         "source": "synthetic",
         "synthetic": config.to_dict(),
+        "difficulty": config.difficulty(),
+        "logit_variance": gen.logit_variance(),
         "oracle": oracle,
         "splits": splits,
         "skipped_rows": 0,
@@ -139,7 +145,10 @@ class SyntheticCTRDataModule(ArrowDataModule):
         n_train: training rows (the unlabeled pool with ``use_labels=False``).
         n_val: validation rows.
         n_test: test rows.
-        synthetic: the click model's knobs (seed, cardinality scale, latent sizes, base CTR).
+        synthetic: the click model's knobs (seed, cardinality scale, latent sizes, base CTR,
+            difficulty).
+        preset: ``"easy"`` or ``"hard"`` (:data:`PRESETS`): replaces ``synthetic.preset``;
+            ``None`` keeps it (default ``"easy"``).
         batch_size: rows per batch.
         label_fraction: fraction of training rows used with labels.
         use_labels: ``False`` yields unlabeled batches of all training rows.
@@ -159,6 +168,7 @@ class SyntheticCTRDataModule(ArrowDataModule):
         n_val: int = 100_000,
         n_test: int = 100_000,
         synthetic: SyntheticConfig | None = None,
+        preset: str | None = None,
         batch_size: int = 4096,
         label_fraction: float = 1.0,
         use_labels: bool = True,
@@ -173,6 +183,10 @@ class SyntheticCTRDataModule(ArrowDataModule):
                 raise ValueError(f"{key} must be in [{int(key == 'n_train')}, 1e10], got {value}")
         self.sizes = {"train": n_train, "val": n_val, "test": n_test}
         self.synthetic = synthetic or SyntheticConfig()
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
+            self.synthetic = dataclasses.replace(self.synthetic, preset=preset)
 
     cache_kind = "synthetic"
 

@@ -16,6 +16,7 @@ Everything is a deterministic function of the :class:`SyntheticConfig` (seed inc
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,11 +31,15 @@ FIELD_MISSING = {2: 0.03, 3: 0.03, 11: 0.03, 15: 0.03, 18: 0.44, 19: 0.44, 20: 0
                  21: 0.76, 23: 0.03, 24: 0.44, 25: 0.44}  # fmt: skip
 NOISE_FIELDS = (4, 9, 14, 19, 24)
 PAIRS = ((3, 9), (23, 25), (6, 14), (9, 23))
-# Weights of the learnable-but-hard parts of the click logit. Within a user cluster the
-# pair terms vary with the item clusters drawn; DLRM/DCNv2 trained on 1M rows recover little
-# of that variation, so a large weight would put the oracle out of any model's reach.
-PAIR_WEIGHT = 0.2
-ID_EFFECT_STD = 0.02
+# Difficulty of the click model: the weights of the click logit's parts. "easy" lets the
+# user-cluster term (what unlabeled co-occurrence reveals) dominate the logit; "hard" gives
+# the item-pair interactions and per-id effects, which only labels teach, as much weight.
+PRESETS: dict[str, dict[str, float]] = {
+    "easy": {"cluster_weight": 6.0, "pair_weight": 0.2, "id_effect_std": 0.02},
+    "hard": {"cluster_weight": 2.0, "pair_weight": 1.0, "id_effect_std": 0.08},
+}
+PAIR_WEIGHT = PRESETS["easy"]["pair_weight"]
+ID_EFFECT_STD = PRESETS["easy"]["id_effect_std"]
 SYNTHETIC_VERSION = 5  # part of the cache key: bump when the sampled rows change
 _PARAMS, _CALIBRATION = 1, 2
 SPLIT_STREAMS = {"train": 10, "val": 11, "test": 12}
@@ -55,6 +60,14 @@ class SyntheticConfig:
             about ``u``).
         user_noise: norm of the within-cluster part of ``u`` (invisible in the ids).
         base_ctr: target mean click probability.
+        preset: ``"easy"`` or ``"hard"``: default weights of the logit's parts
+            (:data:`PRESETS`).
+        cluster_weight: norm of the click direction ``w`` applied to the user-cluster
+            centroid (``None`` = the preset's).
+        pair_weight: weight of each item-pair dot product ``<v_f1, v_f2>`` (``None`` =
+            the preset's).
+        id_effect_std: standard deviation of the per-id logit effects (``None`` = the
+            preset's).
 
     """
 
@@ -66,8 +79,16 @@ class SyntheticConfig:
     temperature: float = 0.1
     user_noise: float = 0.15
     base_ctr: float = 0.25
+    preset: str = "easy"
+    cluster_weight: float | None = None
+    pair_weight: float | None = None
+    id_effect_std: float | None = None
 
     def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(
+                f"SyntheticConfig.preset must be one of {tuple(PRESETS)}, got {self.preset!r}"
+            )
         checks = {
             "cardinality_scale": (self.cardinality_scale, 1e-9, 1.0),
             "latent_dim": (self.latent_dim, 2, 256),
@@ -76,10 +97,17 @@ class SyntheticConfig:
             "temperature": (self.temperature, 1e-3, 100.0),
             "user_noise": (self.user_noise, 0.0, 10.0),
             "base_ctr": (self.base_ctr, 0.01, 0.99),
+            **{key: (value, 0.0, 100.0) for key, value in self.difficulty().items()},
         }
         for key, (value, lo, hi) in checks.items():
             if not lo <= value <= hi:
                 raise ValueError(f"SyntheticConfig.{key} must be in [{lo}, {hi}], got {value}")
+
+    def difficulty(self) -> dict[str, float]:
+        """The logit weights in force: the preset's, overridden by any field set."""
+        given = {key: getattr(self, key) for key in PRESETS[self.preset]}
+        return {key: PRESETS[self.preset][key] if value is None else float(value)
+                for key, value in given.items()}  # fmt: skip
 
     def to_dict(self) -> dict[str, float | int]:
         """JSON-able form, stored in the schema metadata to rebuild the click model."""
@@ -133,13 +161,14 @@ class SyntheticClickModel:
 
     def __init__(self, config: SyntheticConfig) -> None:
         self.config = config
+        self.weights = config.difficulty()
         self.cardinalities = cardinalities(config.cardinality_scale)
         k, n_users = config.latent_dim, config.n_user_clusters
         rng = np.random.default_rng([config.seed, _PARAMS])
         self.user_centroids = _unit(rng.standard_normal((n_users, k)))
         weights = 1.0 / np.sqrt(np.arange(1, n_users + 1))
         self.user_weights = rng.permutation(weights / weights.sum())
-        self.click_w = _unit(rng.standard_normal(k)) * 6.0
+        self.click_w = _unit(rng.standard_normal(k)) * self.weights["cluster_weight"]
         self.dense_w = _unit(rng.standard_normal((len(DENSE_MEANS), k)))
         self.dense_beta = rng.normal(0.0, 0.05, len(DENSE_MEANS))
         self._fields = [self._field_params(f) for f in range(len(self.cardinalities))]
@@ -165,7 +194,7 @@ class SyntheticClickModel:
         cluster_of = (np.arange(n_ids)) % n_clusters
         noise = rng.standard_normal((n_ids, cfg.latent_dim)) * 0.1 / np.sqrt(cfg.latent_dim)
         latents[1:] = centroids[cluster_of] + noise
-        effects = np.concatenate([[0.0], rng.normal(0.0, ID_EFFECT_STD, n_ids)])
+        effects = np.concatenate([[0.0], rng.normal(0.0, self.weights["id_effect_std"], n_ids)])
         # Cumulative tables shifted by row index make one searchsorted sample all rows.
         cdf = np.cumsum(table, 1)
         cdf[:, -1] = 1.0
@@ -210,17 +239,33 @@ class SyntheticClickModel:
             sparse[:, f] = ids
         return sparse
 
-    def _logit(self, u: np.ndarray, sparse: np.ndarray, log_dense: np.ndarray) -> np.ndarray:
-        z = self.bias + u @ self.click_w + log_dense @ self.dense_beta
+    def _logit(
+        self,
+        u: np.ndarray,
+        sparse: np.ndarray,
+        log_dense: np.ndarray,
+        parts: dict[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Click logit ``float64[N]``; ``parts`` (if given) receives each term's share."""
+        cluster, dense = u @ self.click_w, log_dense @ self.dense_beta
+        z = self.bias + cluster + dense
+        pair, ids = np.zeros_like(z), np.zeros_like(z)
         for f1, f2 in PAIRS:
             v1 = self._fields[f1]["latents"][sparse[:, f1]]
             v2 = self._fields[f2]["latents"][sparse[:, f2]]
-            z += PAIR_WEIGHT * np.einsum("nk,nk->n", v1, v2)
+            term = self.weights["pair_weight"] * np.einsum("nk,nk->n", v1, v2)
+            z += term
+            pair += term
         for f, p in enumerate(self._fields):
             z += p["effects"][sparse[:, f]]
+            ids += p["effects"][sparse[:, f]]
+        if parts is not None:
+            parts.update(cluster=cluster, pair=pair, id_effects=ids, dense=dense)
         return z
 
-    def _draw(self, rng: np.random.Generator, n: int) -> SyntheticRows:
+    def _draw(
+        self, rng: np.random.Generator, n: int, parts: dict[str, np.ndarray] | None = None
+    ) -> SyntheticRows:
         cfg = self.config
         c = rng.choice(cfg.n_user_clusters, size=n, p=self.user_weights)
         noise = rng.standard_normal((n, cfg.latent_dim)) * cfg.user_noise
@@ -233,7 +278,7 @@ class SyntheticClickModel:
         # Clicks follow the cluster centroid, not u's within-cluster noise: the noise is
         # seen only dimly through dense counts, so a click model using it would make the
         # recorded probability unreachable from the features (no longer Bayes-optimal).
-        logit = self._logit(self.user_centroids[c], sparse, np.log1p(dense))
+        logit = self._logit(self.user_centroids[c], sparse, np.log1p(dense), parts)
         prob = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
         label = (rng.random(n) < prob).astype(np.float32)
         return SyntheticRows(dense, missing, sparse, prob, label, c)
@@ -250,6 +295,35 @@ class SyntheticClickModel:
             else:
                 hi = mid
         return (lo + hi) / 2
+
+    def logit_variance(self, n: int = 50_000) -> dict[str, Any]:
+        """Where the click logit's variance comes from, over ``n`` rows of a fixed stream.
+
+        Returns:
+            ``total``: variance of the logit. ``shares``: ``Cov(term, logit) / total`` of
+            each term (``cluster``: ``<w, mu[c]>``; ``pair``: the item-pair dot products;
+            ``id_effects``; ``dense``); they sum to 1 exactly, correlated terms splitting
+            their covariance. ``variance``: each term's own variance. ``user_cluster_r2``:
+            the fraction of the logit's variance explained by the user cluster alone
+            (what unlabeled co-occurrence can reveal).
+
+        """
+        parts: dict[str, np.ndarray] = {}
+        rows = self._draw(np.random.default_rng([self.config.seed, _CALIBRATION]), n, parts)
+        z = sum(parts.values())
+        centred = z - z.mean()
+        total = float(centred @ centred / n)
+        shares = {k: float((v - v.mean()) @ centred / n / total) for k, v in parts.items()}
+        counts = np.bincount(rows.user_cluster, minlength=self.config.n_user_clusters)
+        sums = np.bincount(rows.user_cluster, weights=z, minlength=counts.size)
+        means = sums / np.maximum(counts, 1)
+        between = float(np.var(means[rows.user_cluster]))
+        return {
+            "total": total,
+            "shares": shares,
+            "variance": {k: float(np.var(v)) for k, v in parts.items()},
+            "user_cluster_r2": between / total,
+        }
 
     def rows(self, split: str, chunk: int, n: int) -> SyntheticRows:
         """Rows of chunk number ``chunk`` of ``split`` (``"train" | "val" | "test"``).

@@ -1,0 +1,99 @@
+"""Selection on validation only, summaries over seeds and the code version of a study.
+
+A run is ``(best validation AUC, thunk computing the test AUC of that state)``: studies
+train every variant, choose by mean validation AUC over seeds, and call the thunk of the
+chosen variant only, so test AUC is computed once per final setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+Run = tuple[float, Callable[[], float]]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class BestValAUC(pl.Callback):
+    """Keep the weights (tables included) of the epoch with the best validation AUC."""
+
+    def __init__(self) -> None:
+        self.best, self.state = -1.0, None
+
+    def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        auc = float(trainer.callback_metrics.get("val/auc", -1.0))
+        if auc > self.best:
+            self.best, self.state = auc, copy.deepcopy(module.state_dict())
+
+
+def select(runs: dict[str, dict[int, Run]]) -> dict:
+    """Choose the variant of best mean validation AUC; compute test AUC for it only.
+
+    Args:
+        runs: ``variant -> seed -> Run``.
+
+    Returns:
+        ``chosen``, ``variants_val_auc`` (every variant's validation AUC per seed),
+        ``test_auc`` per seed of the chosen variant, its ``mean`` and ``std`` (sample).
+
+    """
+    val = {v: {str(s): r[0] for s, r in per.items()} for v, per in runs.items()}
+    chosen = max(runs, key=lambda v: statistics.fmean(r[0] for r in runs[v].values()))
+    tests = {str(s): r[1]() for s, r in runs[chosen].items()}
+    aucs = list(tests.values())
+    return {
+        "chosen": chosen,
+        "variants_val_auc": val,
+        "test_auc": tests,
+        "mean": statistics.fmean(aucs),
+        "std": statistics.stdev(aucs) if len(aucs) > 1 else 0.0,
+    }
+
+
+def paired(results: dict, a: str, b: str, key: str) -> dict | None:
+    """Per-seed test-AUC differences ``a - b`` at ``key`` (same seeds, same labeled rows)."""
+    if key not in results.get(a, {}) or key not in results.get(b, {}):
+        return None
+    ta, tb = results[a][key]["test_auc"], results[b][key]["test_auc"]
+    diffs = [ta[s] - tb[s] for s in ta if s in tb]
+    return {
+        "mean": statistics.fmean(diffs),
+        "diffs": diffs,
+        "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
+        "wins": sum(d > 0 for d in diffs),
+        "n": len(diffs),
+    }
+
+
+def git_commit() -> str:
+    """``HEAD`` of the repository (``-dirty`` if tracked files differ from it)."""
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return head + ("-dirty" if dirty else "")
+
+
+def table(results: dict, keys: list[str], label: Callable[[str], str]) -> str:
+    """Markdown table: one row per model, ``mean ± std`` per key, the chosen variants."""
+    lines = [
+        "| model | " + " | ".join(label(k) for k in keys) + " | chosen variant |",
+        "|---|" + "---|" * (len(keys) + 1),
+    ]
+    for name, per in results.items():
+        if not isinstance(per, dict) or not all(isinstance(v, dict) for v in per.values()):
+            continue
+        cells = [f"{per[k]['mean']:.4f} ± {per[k]['std']:.4f}" if k in per else "n/a" for k in keys]
+        chosen = "; ".join(dict.fromkeys(per[k]["chosen"] for k in keys if k in per))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {chosen} |")
+    return "\n".join(lines)
