@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 
-.PHONY: setup demo test test-all bench lint clean
+.PHONY: setup dist demo test test-all bench lint clean
 
 setup: $(STAMP)
 
@@ -18,6 +18,17 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Optional scale-out stack (TorchRec). --no-deps: torchrec's metadata asks for the 0.5 GB CUDA
+# fbgemm-gpu (made for torch 2.14) and torchmetrics 1.0.3; the CPU build and its pure-Python
+# needs are listed by hand. `pip check` then reports those two pins, harmlessly.
+DIST_STAMP := .venv/.stamp-dist
+dist: $(DIST_STAMP)
+
+$(DIST_STAMP): $(STAMP)
+	$(PIP) install -q --no-deps fbgemm-gpu-cpu==1.8.0 torchrec==1.8.0 tensordict==0.15.3
+	$(PIP) install -q pyre-extensions cloudpickle "pyvers<0.3"
+	touch $(DIST_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m ssl_rec.cli.demo --out runs/demo
@@ -37,6 +48,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/label_efficiency.py --preset hard --json benchmarks/results/label_efficiency_hard.json
 	$(PY) benchmarks/real_data.py --json benchmarks/results/real_data.json
 	$(PY) benchmarks/retrieval.py --json benchmarks/results/retrieval.json
+	if $(PY) -c "import torchrec" 2>/dev/null; then $(PY) benchmarks/scale_out.py --json benchmarks/results/scale_out.json; fi
 
 lint: $(STAMP)
 	.venv/bin/ruff check .

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb")
+HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb", "torchrec", "fbgemm_gpu")
 BOTTOM = {"types", "schema", "metrics", "vocabulary", "_checks", "_io"}
 # room -> (rooms it may import besides itself and the bottom layer, heavy frameworks it may load)
 LAYERS: dict[str, tuple[set[str], set[str]]] = {
@@ -20,10 +20,11 @@ LAYERS: dict[str, tuple[set[str], set[str]]] = {
     "hardware": (set(), set()),
     "data": (set(), {"pytorch_lightning", "datasets"}),
     "views": (set(), set()),
+    "distributed": ({"hardware"}, set()),  # TorchRec only where a sharded run needs it
     "models": ({"hardware"}, set()),
     "objectives": ({"models", "views", "hardware"}, set()),
     "evaluation": ({"models", "hardware"}, {"faiss"}),
-    "lightning": ({"models", "objectives", "views", "hardware", "evaluation"},
+    "lightning": ({"models", "objectives", "views", "hardware", "evaluation", "distributed"},
                   {"pytorch_lightning", "faiss"}),
 }  # fmt: skip
 

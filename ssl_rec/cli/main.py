@@ -4,6 +4,7 @@ Examples:
     ssl-rec fit --config configs/ctr/synthetic.yaml
     ssl-rec test --config configs/ctr/synthetic.yaml --ckpt_path best
     ssl-rec export --ckpt CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
+    ssl-rec plan --config configs/dist/synthetic_int8_row_wise.yaml --world_size 8
 
 """
 
@@ -34,10 +35,17 @@ def _evaluate(argv: Sequence[str]) -> Any:
     return evaluate_main(argv)
 
 
+def _plan(argv: Sequence[str]) -> Any:
+    from ssl_rec.cli.plan import plan_main  # lazy: TorchRec's planner only when planning
+
+    return plan_main(argv)
+
+
 # Subcommands beside LightningCLI's fit/validate/test/predict: name -> entry taking argv.
 EXTRA_COMMANDS: dict[str, Callable[[Sequence[str]], Any]] = {
     "export": _export,
     "evaluate-embeddings": _evaluate,
+    "plan": _plan,
 }
 # Every subcommand with its one-line description, for `ssl-rec --help`.
 SUBCOMMANDS = {

@@ -43,6 +43,8 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         specs: One spec per table, or one for all.
         seed: Seed of initialisation and of the stochastic-rounding RNG.
         init_std: Standard deviation of the N(0, std^2) initial rows.
+        table_names: One name per table (default ``t0, t1, ...``), e.g. the field names;
+            sharding plans address tables by these names.
 
     Attributes:
         frozen: When True, backward computes no update and forward admits nothing to caches.
@@ -67,6 +69,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         specs: list[TableSpec] | TableSpec = TableSpec(),  # noqa: B008 - frozen dataclass
         seed: int = 0,
         init_std: float = 0.05,
+        table_names: list[str] | None = None,
     ) -> None:
         super().__init__()
         if not cardinalities:
@@ -77,6 +80,11 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         if init_std < 0:
             raise ValueError(f"init_std={init_std} must be >= 0")
         specs = _expand_specs(specs, len(cardinalities))
+        names = [f"t{i}" for i in range(len(cardinalities))] if table_names is None else table_names
+        if len(names) != len(cardinalities) or len(set(names)) != len(names):
+            raise ValueError(
+                f"table_names={list(names)} must be {len(cardinalities)} distinct names"
+            )
         tables = [
             EmbeddingTable(int(c), embedding_dim, s, stream=i)
             for i, (c, s) in enumerate(zip(cardinalities, specs, strict=True))
@@ -85,6 +93,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
             t.init_normal(init_std, seed)
         self.group = TableGroup(tables, seed)
         self.cardinalities = [int(c) for c in cardinalities]
+        self.table_names = list(names)
         self.embedding_dim = embedding_dim
         self.specs = specs
         self.frozen = False

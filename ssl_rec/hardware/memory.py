@@ -25,7 +25,9 @@ KEYS: tuple[str, ...] = (
 __all__ = ["estimate_memory", "summarize", "table_memory"]
 
 
-def table_memory(num_rows: int, dim: int, spec: TableSpec) -> dict[str, int]:
+def table_memory(
+    num_rows: int, dim: int, spec: TableSpec, sets: int | None = None
+) -> dict[str, int]:
     """Bytes of one table.
 
     ``total_bytes`` counts what holds the weights (store, scales/biases, cache rows, cache
@@ -36,6 +38,8 @@ def table_memory(num_rows: int, dim: int, spec: TableSpec) -> dict[str, int]:
         num_rows: Rows R.
         dim: Embedding dimension D.
         spec: Storage spec.
+        sets: Cache sets (default: ``cache_geometry(num_rows, spec)``; a row-wise shard holds
+            its share of the logical table's sets).
 
     Returns:
         A dict with the keys of ``KEYS``.
@@ -43,7 +47,7 @@ def table_memory(num_rows: int, dim: int, spec: TableSpec) -> dict[str, int]:
     """
     stored = num_rows * spec.precision.row_bytes(dim)
     scales = num_rows * spec.precision.qparam_bytes
-    sets = cache_geometry(num_rows, spec)
+    sets = cache_geometry(num_rows, spec) if sets is None else sets
     report = {
         "quantized_rows": stored - scales,
         "scales_biases": scales,

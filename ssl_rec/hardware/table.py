@@ -1,12 +1,15 @@
 """``EmbeddingTable``: the buffers of one low-precision table (store, cache, optimizer state).
 
 Tables are buffers, not Parameters, so no dense optimizer ever sees them; the fused
-backward kernels update them in place. A table knows its global ``row_offset`` and ``stream``
-(used by the stochastic-rounding RNG), so a sharding planner can split a logical table into
-row ranges that draw the same random numbers as the unsplit table.
+backward kernels update them in place. A table knows its ``stream`` and, through a
+:class:`RowShard`, which global rows it holds (``offset + local_row * stride``): the
+stochastic-rounding RNG is keyed by global rows, so the shards of a split logical table draw
+the same random numbers as the unsplit table.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -20,7 +23,24 @@ from ssl_rec.hardware.spec import TableSpec
 INIT_CHUNK_ROWS = 1 << 16
 MAX_DIM = 2048  # the compiled kernels' per-row scratch size
 
-__all__ = ["EmbeddingTable"]
+__all__ = ["EmbeddingTable", "RowShard"]
+
+
+class RowShard(NamedTuple):
+    """Which rows of a logical table a table holds: global row = ``offset + local * stride``.
+
+    Attributes:
+        offset: Global index of local row 0.
+        stride: Global distance between consecutive local rows (row-wise shards are cyclic:
+            row ``g`` of a table split over ``n`` shards lives on shard ``g % n``).
+        cache_sets: Cache sets of this shard (``None``: from its own rows and spec); a
+            cyclic shard of a table with ``S`` sets holds ``S / n`` of them.
+
+    """
+
+    offset: int = 0
+    stride: int = 1
+    cache_sets: int | None = None
 
 
 def _open_store(shape: tuple[int, int], dtype: torch.dtype, path: str | None) -> torch.Tensor:
@@ -41,7 +61,7 @@ class EmbeddingTable(nn.Module):
         spec: Storage, cache and optimizer choice.
         stream: RNG stream id (the global table index).
         store_path: Memory-map the store to this file (created or overwritten) instead of RAM.
-        row_offset: Global index of local row 0 (row-wise sharding).
+        shard: The global rows this table holds (default: all rows of the logical table).
 
     Attributes:
         store: uint8[R, row_bytes] fused rows or float[R, D].
@@ -63,19 +83,22 @@ class EmbeddingTable(nn.Module):
         spec: TableSpec,
         stream: int,
         store_path: str | None = None,
-        row_offset: int = 0,
+        shard: RowShard = RowShard(),  # noqa: B008 - immutable
     ) -> None:
         super().__init__()
         if num_rows <= 0 or not 0 < dim <= MAX_DIM:
             raise ValueError(f"num_rows={num_rows} must be > 0 and dim={dim} in [1, {MAX_DIM}]")
         spec.precision.check_dim(dim)
         self.num_rows, self.dim, self.spec = num_rows, dim, spec
-        self.stream, self.row_offset = stream, row_offset
+        if shard.offset < 0 or shard.stride < 1:
+            raise ValueError(f"shard {shard} needs offset >= 0 and stride >= 1")
+        self.stream, self.shard = stream, shard
+        self.row_offset, self.row_stride = shard.offset, shard.stride
         shape = spec.precision.store_shape(num_rows, dim)
         self.register_buffer("store", _open_store(shape, spec.precision.dtype, store_path))
         mom_rows = num_rows if spec.optimizer == "rowwise_adagrad" else 0
         self.register_buffer("momentum", torch.zeros(mom_rows))
-        self.cache = RowCache(num_rows, dim, spec)
+        self.cache = RowCache(num_rows, dim, spec, sets=shard.cache_sets)
 
     @torch.no_grad()
     def init_normal(self, std: float, seed: int) -> None:
@@ -97,7 +120,7 @@ class EmbeddingTable(nn.Module):
         self.cache.tags.fill_(-1)
 
     def meta_row(self) -> list[int]:
-        """This table's row of the kernels' ``int64[T, 8]`` metadata (``layout.META_*``)."""
+        """This table's row of the kernels' ``int64[T, 9]`` metadata (``layout.META_*``)."""
         return [
             self.spec.precision.code,
             POLICY_CODES[self.spec.cache_policy],
@@ -107,6 +130,7 @@ class EmbeddingTable(nn.Module):
             self.row_offset,
             self.num_rows,
             self.dim,
+            self.row_stride,
         ]
 
     def store_rows(self, rows: torch.Tensor) -> torch.Tensor:
@@ -115,7 +139,7 @@ class EmbeddingTable(nn.Module):
 
     def memory(self) -> dict[str, int]:
         """Byte report of this table (see ``memory.table_memory``)."""
-        return table_memory(self.num_rows, self.dim, self.spec)
+        return table_memory(self.num_rows, self.dim, self.spec, sets=self.cache.sets)
 
     def cache_stats(self) -> dict[str, float]:
         """Cache statistics of this table (see ``RowCache.cache_stats``)."""

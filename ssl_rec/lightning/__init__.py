@@ -10,14 +10,17 @@ from ssl_rec.lightning.checkpoint import (
 from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
 from ssl_rec.lightning.pretrain_module import PretrainModule
+from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
 
 __all__ = [
     "CTRModule",
     "KNNProbeCallback",
     "MetricsJSON",
     "PretrainModule",
+    "ShardedTablesStrategy",
     "load_backbone_weights",
     "load_module",
     "read_checkpoint",
+    "refuse_unsharded_tables",
     "schema_of",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,14 +13,21 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
 
+from ssl_rec.distributed.checkpoint import is_distributed_checkpoint, read_distributed_checkpoint
 from ssl_rec.models.backbone import Backbone
 
 BACKBONE_PREFIX = "backbone."
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> dict:
-    """Load a Lightning checkpoint on CPU, with a clear error when it is missing or broken."""
+    """Load a Lightning checkpoint on CPU, with a clear error when it is missing or broken.
+
+    A torch.distributed.checkpoint directory (written by ``ShardedTablesStrategy``) reads as
+    the file one process would have written, with full tables.
+    """
     path = Path(path)
+    if is_distributed_checkpoint(path):
+        return read_distributed_checkpoint(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
@@ -70,6 +78,11 @@ def load_module(path: str | os.PathLike[str]) -> pl.LightningModule:
     cls = getattr(importlib.import_module(module_name), class_name)
     if not (isinstance(cls, type) and issubclass(cls, pl.LightningModule)):
         raise ValueError(f"{path}: {class_path} is not a LightningModule")
+    if is_distributed_checkpoint(path):  # Lightning reads files: hand it the full checkpoint
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        buffer.seek(0)
+        return cls.load_from_checkpoint(buffer, map_location="cpu")
     return cls.load_from_checkpoint(path, map_location="cpu")
 
 

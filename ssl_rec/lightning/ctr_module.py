@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ssl_rec.lightning.checkpoint import load_backbone_weights, unpicklable_hparams
+from ssl_rec.lightning.strategy import refuse_unsharded_tables
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.models.heads import CTRHead
@@ -89,6 +90,10 @@ class CTRModule(pl.LightningModule):
             self.backbone.freeze_tables()
         self.val_metrics = ctr_metrics("val/")
         self.test_metrics = ctr_metrics("test/")
+
+    def setup(self, stage: str) -> None:
+        """Refuse multi-process strategies that would replicate the tables (see ``strategy``)."""
+        refuse_unsharded_tables(self.trainer, self)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Click logits ``float32[B]`` for ``batch``."""

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ssl_rec.lightning.checkpoint import unpicklable_hparams
+from ssl_rec.lightning.strategy import refuse_unsharded_tables
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
@@ -72,6 +73,10 @@ class PretrainModule(pl.LightningModule):
             objective.setup(self.backbone)
         self.adversarial = [n for n, o in self.objectives.items() if o.generator_parameters()]
         self.automatic_optimization = not self.adversarial
+
+    def setup(self, stage: str) -> None:
+        """Refuse multi-process strategies that would replicate the tables (see ``strategy``)."""
+        refuse_unsharded_tables(self.trainer, self)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Pooled representation ``float32[B, H]`` of ``batch`` (no masking)."""

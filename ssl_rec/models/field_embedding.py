@@ -56,7 +56,7 @@ class FieldEmbedding(nn.Module):
         self.field_names = list(field_names)
         self.specs = [overrides.get(name, default) for name in self.field_names]
         self.tables = MixedPrecisionEmbeddingCollection(
-            list(cardinalities), embedding_dim, self.specs, seed=seed
+            list(cardinalities), embedding_dim, self.specs, seed=seed, table_names=self.field_names
         )
         self.mask_token = nn.Parameter(torch.randn(len(self.field_names), embedding_dim) * 0.05)
         self.embedding_dim = embedding_dim

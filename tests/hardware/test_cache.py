@@ -39,7 +39,8 @@ def test_lru_keeps_a_recent_working_set():
 
 def test_geometry_scales_with_cache_not_table():
     spec = TableSpec("int8", 0.05)
-    assert cache_geometry(1_000_000, spec) == 1_000_000 * 5 // 100 // 8
+    sets = 1_000_000 * 5 // 100 // 8  # 6250, rounded down to whole sets for 128 shards
+    assert cache_geometry(1_000_000, spec) == sets - sets % 128 == 6144
     with pytest.raises(ValueError, match="cache_fraction"):
         cache_geometry(10**9, TableSpec("int8", 1e-6))
 
@@ -82,3 +83,16 @@ def test_uncached_updates_are_unbiased():
         means[sr] = float((emb.dequantize_rows(torch.arange(200))[:, 0] - before).mean())
     assert abs(means[True] - (-0.008)) < 0.0015, means
     assert means[False] > -0.003, means
+
+
+@pytest.mark.parametrize("rows", [40, 1_000, 2_204, 5_462, 10_132, 100_000, 8_351_593])
+def test_geometry_splits_into_whole_sets_for_power_of_two_shards(rows):
+    """Sets round down to a multiple m of a power of two, losing under 1/8 of the cache."""
+    spec = TableSpec("int8", 0.05)
+    raw = max(1, int(0.05 * rows) // 8)
+    sets = cache_geometry(rows, spec)
+    multiple = 1
+    while multiple * 2 <= min(128, raw // 8):
+        multiple *= 2
+    assert sets % multiple == 0 and raw - multiple < sets <= raw
+    assert (raw - sets) <= raw / 8

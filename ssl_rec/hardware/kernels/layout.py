@@ -1,7 +1,7 @@
 """Per-table metadata shared by the reference and compiled kernels.
 
 Every kernel receives the tables as parallel lists (store, cache rows, cache tags, ...) and
-one ``int64[T, 8]`` metadata matrix whose columns are named here, so both implementations
+one ``int64[T, 9]`` metadata matrix whose columns are named here, so both implementations
 read the same layout.
 """
 
@@ -19,7 +19,8 @@ META_STREAM = 4
 META_ROW_OFFSET = 5
 META_ROWS = 6
 META_DIM = 7
-META_COLUMNS = 8
+META_ROW_STRIDE = 8  # global row = row_offset + local row * row_stride
+META_COLUMNS = 9
 
 POLICY_CODES: dict[str, int] = {"lru": 0, "lfu": 1}
 OPTIMIZER_CODES: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 1}
@@ -40,7 +41,7 @@ class TableTensors(NamedTuple):
         cache_state: T uint8 tensors: [S, 1] pseudo-LRU tree bits or [S, W] LFU counters.
         stats: T int64[4]: hits, misses, evictions, store writes.
         momentum: T float32[R] row-wise Adagrad state (or [0] for SGD).
-        meta: int64[T, 8], columns ``META_*``.
+        meta: int64[T, 9], columns ``META_*``.
         hparams: float32[T, 2]: learning rate, eps.
 
     """

@@ -20,6 +20,7 @@ from ssl_rec.hardware.kernels.layout import (
     META_OPTIMIZER,
     META_POLICY,
     META_ROW_OFFSET,
+    META_ROW_STRIDE,
     META_STOCHASTIC,
     META_STREAM,
     TableTensors,
@@ -142,6 +143,7 @@ def _admit_table(
         return
     kind, policy = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_POLICY])
     stochastic, offset = bool(t.meta[i, META_STOCHASTIC]), int(t.meta[i, META_ROW_OFFSET])
+    stride = int(t.meta[i, META_ROW_STRIDE])
     key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_EVICT, step)
     for b, row in enumerate(rows.tolist()):
         s, quot = row % num_sets, row // num_sets
@@ -156,7 +158,7 @@ def _admit_table(
         slot = s * CACHE_WAYS + way
         if int(tags[s, way]) != EMPTY_TAG:
             old = int(tags[s, way]) * num_sets + s
-            rk = row_keys(key, torch.tensor([old + offset])) if stochastic else None
+            rk = row_keys(key, torch.tensor([offset + old * stride])) if stochastic else None
             t.stores[i][old] = quantize_rows(cache[slot : slot + 1], kind, rk)[0]
             t.stats[i][2] += 1
         cache[slot] = dequantize_rows(t.stores[i][row : row + 1], kind, cache.shape[1])[0]
@@ -243,7 +245,8 @@ def _update_table(t: TableTensors, i: int, rows, grad, seed: int, step: int) -> 
     rk = None
     if bool(t.meta[i, META_STOCHASTIC]):
         key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_UPDATE, step)
-        rk = row_keys(key, miss_rows + int(t.meta[i, META_ROW_OFFSET]))
+        offset, stride = int(t.meta[i, META_ROW_OFFSET]), int(t.meta[i, META_ROW_STRIDE])
+        rk = row_keys(key, offset + miss_rows * stride)
     t.stores[i][miss_rows] = quantize_rows(new, kind, rk)
     t.stats[i][3] += len(miss_rows)
 

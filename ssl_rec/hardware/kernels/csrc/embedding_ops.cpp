@@ -161,7 +161,7 @@ namespace {
 // One (sample, table) of the fused training forward: admit `row` (hit: touch; miss: evict
 // the victim with SR write-back, load the row), copy its FP32 value to `o`, return the slot.
 inline int64_t admit_row(Cache& c, int kind, int policy, bool sr, int64_t dim, int64_t offset,
-                         uint32_t key, const torch::Tensor& store, int64_t* st, int64_t row,
+                         int64_t stride, uint32_t key, const torch::Tensor& store, int64_t* st, int64_t row,
                          float* o) {
   const int64_t s = row % c.sets, q = row / c.sets;
   int64_t slot = c.find(row);
@@ -175,7 +175,7 @@ inline int64_t admit_row(Cache& c, int kind, int policy, bool sr, int64_t dim, i
     float* crow = c.rows + slot * dim;
     if (c.tags[slot] != -1) {
       const int64_t old = static_cast<int64_t>(c.tags[slot]) * c.sets + s;
-      quant_row(kind, crow, dim, row_ptr(store, old), sr, row_key(key, old + offset));
+      quant_row(kind, crow, dim, row_ptr(store, old), sr, row_key(key, offset + old * stride));
       st[2] += 1;
     }
     dequant_row(kind, row_ptr(store, row), dim, crow);
@@ -191,7 +191,7 @@ struct TrainTable {
   Cache c;
   const torch::Tensor* store;
   uint8_t* base;
-  int64_t rbytes, dim, offset;
+  int64_t rbytes, dim, offset, stride;  // global row = offset + local row * stride
   int kind, policy;
   bool sr;
   uint32_t key;
@@ -213,7 +213,7 @@ inline int32_t admit_one(TrainTable& t, int64_t row, float* o) {
     return -1;
   }
   return static_cast<int32_t>(
-      admit_row(t.c, t.kind, t.policy, t.sr, t.dim, t.offset, t.key, *t.store, t.st, row, o));
+      admit_row(t.c, t.kind, t.policy, t.sr, t.dim, t.offset, t.stride, t.key, *t.store, t.st, row, o));
 }
 
 // Training forward of tables [fb, fe): sample-major, so the output is written in order;
@@ -261,6 +261,7 @@ std::vector<torch::Tensor> train_forward(
     t.rbytes = stores[f].size(1) * stores[f].element_size();
     t.dim = m[f][kDim];
     t.offset = m[f][kRowOffset];
+    t.stride = m[f][kRowStride];
     t.kind = static_cast<int>(m[f][kKind]);
     t.policy = static_cast<int>(m[f][kPolicy]);
     t.sr = m[f][kStochastic] != 0;
@@ -347,7 +348,7 @@ void update_table(const torch::Tensor& store, Cache c, float* mom, int64_t* st,
                   int64_t seed, int64_t step) {
   static thread_local UpdateScratch w;
   const int kind = static_cast<int>(m[kKind]);
-  const int64_t dim = m[kDim], offset = m[kRowOffset];
+  const int64_t dim = m[kDim], offset = m[kRowOffset], stride = m[kRowStride];
   const bool sr = m[kStochastic] != 0, adagrad = m[kOptimizer] == 1;
   const uint32_t key = stream_key(seed, m[kStream], 0, step);
   const int64_t U = aggregate(w, idp, slots, gp, B, F, f, dim);
@@ -387,7 +388,7 @@ void update_table(const torch::Tensor& store, Cache c, float* mom, int64_t* st,
     } else {
       dequant_row(kind, srow, dim, tmp);
       for (int64_t d = 0; d < dim; ++d) tmp[d] = tmp[d] - mult * acc[d];
-      quant_row(kind, tmp, dim, srow, sr, row_key(key, row + offset));
+      quant_row(kind, tmp, dim, srow, sr, row_key(key, offset + row * stride));
     }
     st[3] += 1;
   }

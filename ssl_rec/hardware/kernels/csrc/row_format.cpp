@@ -20,7 +20,8 @@ constexpr int kLfuMax = 255;
 constexpr int64_t kMaxDim = 2048;
 // Numbered as ssl_rec.hardware.precision.Precision.code (a test checks both sides agree).
 enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5, kNumKinds = 6 };
-enum Meta { kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim };
+// Column order of the int64[T, 9] table metadata (ssl_rec.hardware.kernels.layout.META_*).
+enum Meta { kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim, kRowStride };
 
 inline uint32_t mix32(uint32_t x) {
   x ^= x >> 16;

@@ -1,0 +1,177 @@
+"""A simulated cost model of sharded training: memory, all-to-all bytes and step time per rank.
+
+For sizing a cluster before having one. Assumptions (see docs/scale-out.md):
+
+- Every sample holds one id per table. A table's shard on ``n`` ranks serves ``B_global / n``
+  ids per step (cyclic rows spread ids evenly whatever their skew).
+- Kernel time per id comes from measured rates (:class:`KernelRates`, one CPU thread):
+  a cache hit costs what an FP32 row costs, a miss what the storage precision costs; a
+  training step is one forward (admission + lookup) and one backward (fused update).
+- Ids travel as int64 values plus int32 lengths (one per sample and key; a row-split table
+  has a key per shard); rows and their gradients as ``comm_bytes`` per value (4 for FP32,
+  2 for FP16, ~1 for INT8) once each way.
+- Collectives run back to back, not overlapped with compute: an all-to-all costs
+  ``latency * (W - 1) + max over ranks of max(sent, received) / bandwidth``; the dense
+  gradient all-reduce is a ring, ``2 (W - 1) (latency + bytes / (W * bandwidth))``.
+- The step time is the slowest rank's kernel time plus the collectives plus the dense
+  layers' forward and backward on the local batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from ssl_rec.distributed.layout import shard_rows
+from ssl_rec.distributed.plan import TablePlacement
+from ssl_rec.hardware.cache import cache_geometry
+from ssl_rec.hardware.memory import table_memory
+from ssl_rec.hardware.spec import TableSpec
+
+__all__ = ["KernelRates", "Network", "TableInfo", "shard_bytes", "shard_seconds", "step_cost"]
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the planner and the cost model know of a table.
+
+    Args:
+        name: Table name.
+        rows: Rows R.
+        dim: Embedding dimension D.
+        spec: Storage, cache and optimizer.
+        hit_rate: Fraction of lookups served by the FP32 cache (0 without cache), from the
+            cache's counters, a data pass, or :func:`default_hit_rate`.
+
+    """
+
+    name: str
+    rows: int
+    dim: int
+    spec: TableSpec
+    hit_rate: float = 0.0
+
+
+def default_hit_rate(spec: TableSpec) -> float:
+    """Hit rate assumed without access statistics: the cached fraction (uniform access)."""
+    return spec.cache_fraction if spec.cached else 0.0
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """Measured kernel costs on one CPU thread (``benchmarks/scale_out.py --rates``).
+
+    Args:
+        forward_ns: Training forward (admission + lookup) ns per id, by storage precision.
+        backward_ns: Fused update ns per id, by storage precision.
+        call_us: Fixed cost of one kernel call and its bookkeeping, microseconds.
+        dense_ns_per_sample: Dense layers' forward + backward ns per sample.
+
+    """
+
+    forward_ns: Mapping[str, float] = field(default_factory=lambda: dict(_FORWARD_NS))
+    backward_ns: Mapping[str, float] = field(default_factory=lambda: dict(_BACKWARD_NS))
+    call_us: float = 20.0
+    dense_ns_per_sample: float = 6000.0
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(self).items()}
+
+
+# Defaults: benchmarks/scale_out.py --rates on the 2-core development VM (D = 16, 5% LRU
+# cache for the integer formats measured without cache here); re-measure on your hardware.
+_FORWARD_NS = {"fp32": 60.0, "fp16": 70.0, "bf16": 70.0, "int8": 80.0, "int4": 90.0, "int2": 90.0}
+_BACKWARD_NS = {"fp32": 120.0, "fp16": 250.0, "bf16": 250.0, "int8": 300.0, "int4": 350.0,
+                "int2": 350.0}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Network:
+    """Interconnect assumptions.
+
+    Args:
+        bandwidth_gb_s: Per-rank injection bandwidth, GB/s (12.5 = 100 Gb/s).
+        latency_us: Per-message latency, microseconds.
+        comm_bytes: Bytes per embedding value on the wire (4 FP32, 2 FP16, 1.125 INT8).
+
+    """
+
+    bandwidth_gb_s: float = 12.5
+    latency_us: float = 10.0
+    comm_bytes: float = 4.0
+
+
+def shard_bytes(table: TableInfo, n: int, j: int) -> int:
+    """Bytes of shard ``j`` of ``n`` of ``table``: store, cache, metadata and optimizer state."""
+    sets = cache_geometry(table.rows, table.spec)
+    report = table_memory(shard_rows(table.rows, n, j), table.dim, table.spec,
+                          sets=sets // n if n > 1 else None)  # fmt: skip
+    return report["total_bytes"] + report["optimizer_state"]
+
+
+def shard_seconds(table: TableInfo, n: int, global_batch: int, rates: KernelRates) -> float:
+    """Kernel seconds per training step of one of ``n`` shards of ``table``."""
+    precision = table.spec.precision.value
+    hit = table.hit_rate if table.spec.cached else 0.0
+    cached = rates.forward_ns["fp32"] + rates.backward_ns["fp32"]
+    stored = rates.forward_ns[precision] + rates.backward_ns[precision]
+    per_id = hit * cached + (1 - hit) * stored
+    return global_batch / n * per_id * 1e-9 + 2 * rates.call_us * 1e-6
+
+
+def _a2a_seconds(sent: Sequence[float], received: Sequence[float], network: Network) -> float:
+    world = len(sent)
+    if world <= 1:
+        return 0.0
+    volume = max(max(s, r) for s, r in zip(sent, received, strict=True))
+    return network.latency_us * 1e-6 * (world - 1) + volume / (network.bandwidth_gb_s * 1e9)
+
+
+def step_cost(
+    tables: Sequence[TableInfo],
+    placements: Mapping[str, TablePlacement],
+    world_size: int,
+    batch_per_rank: int,
+    dense_param_bytes: int,
+    rates: KernelRates | None = None,
+    network: Network | None = None,
+) -> dict:
+    """Predicted per-rank memory, bytes on the wire and step time of one training step.
+
+    Returns:
+        ``{"per_rank_bytes", "per_rank_kernel_s", "a2a_bytes_per_rank" (max over ranks of the
+        all-to-all bytes of a step: ids in and out, rows forward and gradients backward),
+        "step_s", "parts"}``.
+
+    """
+    rates, network = rates or KernelRates(), network or Network()
+    global_batch, world = batch_per_rank * world_size, world_size
+    memory, kernel = [0] * world, [0.0] * world
+    rows_out, ids_in = [0.0] * world, [0.0] * world
+    ids_out = [0.0] * world
+    for table in tables:
+        ranks = placements[table.name].ranks
+        n = len(ranks)
+        for j, rank in enumerate(ranks):
+            memory[rank] += shard_bytes(table, n, j)
+            kernel[rank] += shard_seconds(table, n, global_batch, rates)
+            rows_out[rank] += global_batch / n * table.dim * network.comm_bytes
+            ids_in[rank] += global_batch / n * 8 + global_batch * 4
+        for rank in range(world):
+            ids_out[rank] += batch_per_rank * (8 + 4 * n)
+    rows_in = [batch_per_rank * sum(t.dim for t in tables) * network.comm_bytes] * world
+    bandwidth = network.bandwidth_gb_s * 1e9
+    ring = 2 * (world - 1) * (network.latency_us * 1e-6 + dense_param_bytes / (world * bandwidth))
+    parts = {
+        "kernels_s": max(kernel),
+        "ids_a2a_s": _a2a_seconds(ids_out, ids_in, network),
+        "rows_a2a_s": 2 * _a2a_seconds(rows_out, rows_in, network),  # forward and backward
+        "dense_s": batch_per_rank * rates.dense_ns_per_sample * 1e-9,
+        "allreduce_s": ring,
+    }
+    a2a = max(
+        i + o + 2 * max(r, q) for i, o, r, q in zip(ids_out, ids_in, rows_out, rows_in, strict=True)
+    )
+    return {"per_rank_bytes": memory, "per_rank_kernel_s": kernel, "a2a_bytes_per_rank": a2a,
+            "step_s": sum(parts.values()), "parts": parts}  # fmt: skip

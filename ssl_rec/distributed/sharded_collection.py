@@ -1,0 +1,205 @@
+"""``ShardedMixedPrecisionEmbeddingCollection``: the library's tables on TorchRec's comm layer.
+
+A TorchRec ``ShardedModule``: ``input_dist`` sends ids with ``KJTAllToAll``, ``compute`` runs
+the library's kernels on this rank's shards (:mod:`~ssl_rec.distributed.local_shards`),
+``output_dist`` returns rows with TorchRec's pooled- and sequence-embedding all-to-alls and
+their quantized-comm codecs. Gradients come back through the same collectives (divided by
+the world size, matching data-parallel dense layers) into the shards' fused update. Inputs
+and outputs are data parallel: each rank passes its local batch ``int64[B, F]`` and gets
+``float32[B, F, D]``, every rank with the same B.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torchrec.distributed.dist_data import (
+    KJTAllToAll,
+    PooledEmbeddingsAllToAll,
+    SequenceEmbeddingsAllToAll,
+)
+from torchrec.distributed.types import (
+    Awaitable,
+    CommOp,
+    LazyAwaitable,
+    QuantizedCommCodecs,
+    ShardedModule,
+    ShardingEnv,
+)
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from ssl_rec.distributed.collection_surface import CollectionSurface
+from ssl_rec.distributed.layout import split_table
+from ssl_rec.distributed.local_shards import LocalShards, shard_lookup
+from ssl_rec.distributed.plan import TablePlacement, check_plan
+from ssl_rec.distributed.routing import Routing, SentIds
+from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
+
+__all__ = ["ShardedMixedPrecisionEmbeddingCollection"]
+
+
+@dataclass
+class ShardedLookupContext:
+    """What one step's input dist learned, for compute and output dist."""
+
+    batch: int = 0
+    sent: SentIds | None = None
+    received: list[int] = field(default_factory=list)
+    piece_lengths: torch.Tensor | None = None
+
+    def record_stream(self, stream: torch.Stream) -> None:
+        """CPU tensors need no stream bookkeeping (TorchRec's ``Multistreamable``)."""
+
+
+@dataclass
+class _Comms:
+    """The TorchRec comm modules (not submodules: they hold no state worth saving)."""
+
+    ids: KJTAllToAll
+    whole: PooledEmbeddingsAllToAll | None
+    pieces: SequenceEmbeddingsAllToAll | None
+
+
+class _Assembled(LazyAwaitable[torch.Tensor]):
+    def __init__(self, whole, pieces, routing: Routing, ctx: ShardedLookupContext, dim: int):
+        super().__init__()
+        self._whole, self._pieces, self._routing, self._ctx, self._dim = (
+            whole, pieces, routing, ctx, dim)  # fmt: skip
+
+    def _wait_impl(self) -> torch.Tensor:
+        batch = self._ctx.batch
+        whole = self._whole.wait() if self._whole is not None else torch.zeros(batch, 0)
+        pieces = self._pieces.wait() if self._pieces is not None else torch.zeros(0, self._dim)
+        return self._routing.assemble(whole, pieces, self._ctx.sent, batch, self._dim)
+
+
+class ShardedMixedPrecisionEmbeddingCollection(
+    CollectionSurface,
+    ShardedModule[KeyedJaggedTensor, torch.Tensor, torch.Tensor, ShardedLookupContext],
+):
+    """A :class:`MixedPrecisionEmbeddingCollection` sharded over the ranks of a process group.
+
+    Built by :class:`~ssl_rec.distributed.sharder.MixedPrecisionCollectionSharder` from the
+    unsharded collection (whose tables it slices, so both start identical). With FP32
+    comms, training on W ranks with local batches ``B`` equals one process training the
+    unsharded collection on the concatenated ``W * B`` batch, bit for bit, for every table
+    precision, cache and optimizer (see :mod:`~ssl_rec.distributed.layout`).
+
+    The shards are plain attributes, not submodules: DDP never sees (or broadcasts) them,
+    and ``state_dict()`` is the unsharded collection's, as ``ShardedTensor`` blocks (see
+    :mod:`~ssl_rec.distributed.state`). ``state_dict``, ``load_state_dict``,
+    ``dequantize_rows`` and ``float_weights`` are collectives: call them on every rank.
+
+    Args:
+        module: The unsharded collection (same on every rank).
+        plan: Table name -> placement, covering every table.
+        env: TorchRec's sharding environment (process group, world size, rank).
+        qcomm_codecs_registry: TorchRec codecs by ``CommOp`` name (quantized comms).
+
+    Shape:
+        ``int64[B, F]`` -> ``float32[B, F, D]``.
+
+    """
+
+    def __init__(
+        self,
+        module: MixedPrecisionEmbeddingCollection,
+        plan: Mapping[str, TablePlacement],
+        env: ShardingEnv,
+        qcomm_codecs_registry: dict[str, QuantizedCommCodecs] | None = None,
+    ) -> None:
+        super().__init__(qcomm_codecs_registry=qcomm_codecs_registry)
+        self._init_surface(module)
+        self._pg, world, rank = env.process_group, env.world_size, env.rank
+        self.plan = check_plan(plan, self.table_names, self.cardinalities, self.specs, world)
+        self.routing = Routing(self.table_names, self.plan, world, rank)
+        tables = [module.group.tables[t] for t in self.routing.whole[rank]]
+        tables += [
+            split_table(module.group.tables[t], n, j) for t, j, n in self.routing.pieces[rank]
+        ]
+        shards = LocalShards(tables, len(self.routing.whole[rank]), self.seed, self.embedding_dim)
+        shards.step.copy_(module.group.step)
+        self.__dict__["shards"] = shards  # not a submodule: see the class docstring
+        self.comms = self._build_comms(world)
+
+    def _build_comms(self, world: int) -> _Comms:
+        codecs = self.qcomm_codecs_registry or {}
+        dim, routing = self.embedding_dim, self.routing
+        whole = PooledEmbeddingsAllToAll(
+            self._pg, [len(w) * dim for w in routing.whole],
+            codecs=codecs.get(CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL.name),
+        ) if routing.has_whole else None  # fmt: skip
+        pieces = SequenceEmbeddingsAllToAll(
+            self._pg, [len(p) for p in routing.pieces],
+            codecs=codecs.get(CommOp.SEQUENCE_EMBEDDINGS_ALL_TO_ALL.name),
+        ) if routing.has_pieces else None  # fmt: skip
+        return _Comms(KJTAllToAll(self._pg, routing.keys_per_rank()), whole, pieces)
+
+    @property
+    def unsharded_module_type(self) -> type[MixedPrecisionEmbeddingCollection]:
+        """The module type this one shards (TorchRec's resharding looks the sharder up by it)."""
+        return MixedPrecisionEmbeddingCollection
+
+    def create_context(self) -> ShardedLookupContext:
+        """A fresh per-step context."""
+        return ShardedLookupContext()
+
+    def input_dist(
+        self, ctx: ShardedLookupContext, ids: torch.Tensor
+    ) -> Awaitable[Awaitable[KeyedJaggedTensor]]:
+        """Send each id of the local batch ``int64[B, F]`` to the rank holding its row."""
+        self.check_ids(ids)
+        ctx.batch = ids.shape[0]
+        ctx.sent = self.routing.route(ids.to(torch.int64))
+        kjt = KeyedJaggedTensor(keys=ctx.sent.keys, values=ctx.sent.values,
+                                lengths=ctx.sent.lengths)  # fmt: skip
+        return self.comms.ids(kjt)
+
+    def compute(self, ctx: ShardedLookupContext, dist_input: KeyedJaggedTensor) -> torch.Tensor:
+        """Look up the received ids in this rank's shards (fused update in backward)."""
+        world = self.routing.world_size
+        global_batch = dist_input.stride() if dist_input.keys() else ctx.batch * world
+        if global_batch != ctx.batch * world:
+            raise ValueError(
+                f"every rank needs the same batch size; rank {self.routing.rank} has "
+                f"{ctx.batch}, the ranks' total is {global_batch} over {world} ranks"
+            )
+        whole_ids, piece_ids, ctx.received = self.routing.split_received(
+            dist_input.values(), dist_input.lengths(), global_batch
+        )
+        num_whole = len(self.routing.whole[self.routing.rank])
+        ctx.piece_lengths = dist_input.lengths()[num_whole * global_batch :].view(-1, global_batch)
+        train = self.training and not self.frozen
+        return shard_lookup(self.shards, whole_ids, piece_ids, train)
+
+    def output_dist(
+        self, ctx: ShardedLookupContext, output: torch.Tensor
+    ) -> LazyAwaitable[torch.Tensor]:
+        """Return every row to the rank whose sample asked for it."""
+        global_batch = ctx.batch * self.routing.world_size
+        num_whole = len(self.routing.whole[self.routing.rank])
+        whole_part, piece_part = output.split(
+            [global_batch * num_whole, output.shape[0] - global_batch * num_whole]
+        )
+        whole = pieces = None
+        if self.comms.whole is not None:
+            local = whole_part.reshape(global_batch, num_whole * self.embedding_dim)
+            whole = self.comms.whole(local, [ctx.batch] * self.routing.world_size)
+        if self.comms.pieces is not None:
+            pieces = self.comms.pieces(piece_part, lengths=ctx.piece_lengths,
+                                       input_splits=ctx.sent.piece_sent,
+                                       output_splits=ctx.received)  # fmt: skip
+        return _Assembled(whole, pieces, self.routing, ctx, self.embedding_dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Look up one id per field: ``int64[B, F]`` -> ``float32[B, F, D]`` (a collective)."""
+        ctx = self.create_context()
+        dist_input = self.input_dist(ctx, ids).wait().wait()
+        return self.compute_and_output_dist(ctx, dist_input).wait()
+
+    def local_shards(self) -> list[Any]:
+        """This rank's shard tables (whole tables first)."""
+        return self.shards.tables

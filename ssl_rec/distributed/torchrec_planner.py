@@ -1,0 +1,129 @@
+"""TorchRec's ``EmbeddingShardingPlanner`` over the library's tables (imports TorchRec).
+
+The planner walks a model for modules its sharders know and asks them for shapes. A
+:class:`PlanningStub` stands in for the collection (names, rows and D only, nothing
+allocated); the estimators replace TorchRec's storage and perf models, which know FBGEMM's
+kernels, with the library's byte counts and measured kernel rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+from torchrec.distributed.planner.partitioners import GreedyPerfPartitioner
+from torchrec.distributed.planner.proposers import GreedyProposer, UniformProposer
+from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+from torchrec.distributed.planner.types import (
+    ParameterConstraints,
+    Perf,
+    PlannerError,
+    ShardEstimator,
+    ShardingOption,
+    Storage,
+)
+
+from ssl_rec.distributed.cost_model import KernelRates, TableInfo, shard_bytes, shard_seconds
+from ssl_rec.distributed.plan import TablePlacement
+from ssl_rec.distributed.planner import allowed_types
+from ssl_rec.distributed.sharder import MixedPrecisionCollectionSharder
+
+__all__ = ["PlanningStub", "torchrec_plan"]
+
+_PATH = "tables"
+
+
+class PlanningStub(nn.Module):
+    """Shapes of a collection's tables, for the planner (no storage)."""
+
+    def __init__(self, tables: Sequence[TableInfo]) -> None:
+        super().__init__()
+        self.table_names = [t.name for t in tables]
+        self.cardinalities = [t.rows for t in tables]
+        self.embedding_dim = tables[0].dim
+
+
+class _StubSharder(MixedPrecisionCollectionSharder):
+    @property
+    def module_type(self) -> type[PlanningStub]:
+        return PlanningStub
+
+
+class _LibraryEstimator(ShardEstimator):
+    """Shard storage from ``hardware.memory``, shard perf from the measured kernel rates.
+
+    Bytes are counted as HBM: TorchRec's memory-balancing paths look at HBM whatever the
+    device label, and the library's tables are one memory tier.
+    """
+
+    def __init__(self, tables: Sequence[TableInfo], rates: KernelRates, batch: int) -> None:
+        self._tables = {t.name: t for t in tables}
+        self._rates, self._batch = rates, batch
+
+    def estimate(self, sharding_options: list[ShardingOption], sharder_data_map=None) -> None:
+        for option in sharding_options:
+            table, n = self._tables[option.name], len(option.shards)
+            world_batch = self._batch
+            compute = shard_seconds(table, n, world_batch, self._rates)
+            comms = world_batch / n * table.dim * 4 / 12.5e9
+            for j, shard in enumerate(option.shards):
+                shard.storage = Storage(hbm=shard_bytes(table, n, j), ddr=0)
+                shard.perf = Perf(fwd_compute=compute / 3, fwd_comms=comms,
+                                  bwd_compute=2 * compute / 3, bwd_comms=comms)  # fmt: skip
+
+
+def _plan_once(tables, world_size, local, rates, batch, capacity) -> dict[str, TablePlacement]:
+    topology = Topology(world_size=world_size, compute_device="cuda", hbm_cap=capacity,
+                        ddr_cap=0, local_world_size=local)  # fmt: skip
+    constraints = {t.name: ParameterConstraints(sharding_types=allowed_types(t, world_size, local))
+                   for t in tables}  # fmt: skip
+    estimator = _LibraryEstimator(tables, rates, batch * world_size)
+    planner = EmbeddingShardingPlanner(
+        topology=topology,
+        batch_size=batch,
+        enumerator=EmbeddingEnumerator(topology, batch, constraints, estimator=[estimator]),
+        storage_reservation=FixedPercentageStorageReservation(0.0),
+        proposer=[GreedyProposer(), GreedyProposer(use_depth=False), UniformProposer()],
+        partitioner=GreedyPerfPartitioner(),
+        constraints=constraints,
+        debug=False,
+    )
+    root = nn.Module()
+    root.add_module(_PATH, PlanningStub(tables))
+    module_plan = planner.plan(root, [_StubSharder()]).get_plan_for_module(_PATH)
+    return {t.name: TablePlacement(module_plan[t.name].sharding_type,
+                                   tuple(module_plan[t.name].ranks)) for t in tables}  # fmt: skip
+
+
+def torchrec_plan(
+    tables: Sequence[TableInfo],
+    world_size: int,
+    local_world_size: int,
+    rates: KernelRates,
+    slack: Sequence[float],
+    batch: int,
+) -> dict[str, TablePlacement]:
+    """TorchRec's plan under the per-rank capacity ``(1 + s) * total / W``, first ``s`` that fits.
+
+    Memory balance comes first (the capacity), then the slowest rank's time (the partitioner).
+
+    Raises:
+        ValueError: no capacity in ``slack`` fits (a table larger than every rank's share
+            that cannot be split exactly).
+
+    """
+    total = sum(shard_bytes(t, 1, 0) for t in tables)
+    largest = max(shard_bytes(t, 1, 0) for t in tables)
+    for s in slack:
+        capacity = int((1 + s) * total / world_size) + 1
+        try:
+            return _plan_once(tables, world_size, local_world_size, rates, batch, capacity)
+        except PlannerError:
+            continue
+    raise ValueError(
+        f"no plan of {len(tables)} tables ({total / 2**20:.1f} MiB, largest {largest / 2**20:.1f} "
+        f"MiB) within {1 + slack[-1]:.0f}x the per-rank share on {world_size} ranks; split the "
+        "largest tables (more cache rows make their sets divisible) or set them by hand"
+    )
