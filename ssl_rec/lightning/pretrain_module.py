@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ssl_rec.lightning.checkpoint import unpicklable_hparams
+from ssl_rec.lightning.table_prefetch import TablePrefetch
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
@@ -149,6 +150,10 @@ class PretrainModule(pl.LightningModule):
             return torch.optim.Adam(main, **kwargs)
         gen_params = [p for p in self.parameters() if id(p) in generator]
         return [torch.optim.Adam(main, **kwargs), torch.optim.Adam(gen_params, **kwargs)]
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """The next batch's table admissions overlap this step (see ``TablePrefetch``)."""
+        return [TablePrefetch()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the feature schema so the checkpoint is readable without the data."""
