@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ssl_rec.lightning.checkpoint import load_backbone_weights, unpicklable_hparams
 from ssl_rec.lightning.strategy import refuse_unsharded_tables
+from ssl_rec.lightning.table_prefetch import TablePrefetch
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.models.heads import CTRHead
@@ -130,6 +131,10 @@ class CTRModule(pl.LightningModule):
         return torch.optim.Adam(
             params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay
         )
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """The next batch's table admissions overlap this step (see ``TablePrefetch``)."""
+        return [TablePrefetch()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the feature schema so the checkpoint is readable without the data."""

@@ -11,6 +11,7 @@ from torch import nn
 
 from ssl_rec.lightning.checkpoint import unpicklable_hparams
 from ssl_rec.lightning.strategy import refuse_unsharded_tables
+from ssl_rec.lightning.table_prefetch import TablePrefetch
 from ssl_rec.models.backbone import Backbone, as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
@@ -154,6 +155,10 @@ class PretrainModule(pl.LightningModule):
             return torch.optim.Adam(main, **kwargs)
         gen_params = [p for p in self.parameters() if id(p) in generator]
         return [torch.optim.Adam(main, **kwargs), torch.optim.Adam(gen_params, **kwargs)]
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """The next batch's table admissions overlap this step (see ``TablePrefetch``)."""
+        return [TablePrefetch()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the feature schema so the checkpoint is readable without the data."""

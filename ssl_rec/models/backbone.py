@@ -143,6 +143,14 @@ class Backbone(nn.Module):
         """Step every table's fused optimizer with ``learning_rate`` (> 0) from now on."""
         self.embedding.tables.set_learning_rate(learning_rate)
 
+    def prefetch_tables(self, sparse: torch.Tensor | None, background: bool = True) -> None:
+        """Admit the next batch's ``sparse int64[B, F]`` ids after the next training lookup.
+
+        On a helper thread when ``background``, beside the dense layers; same results either
+        way. ``None`` cancels.
+        """
+        self.embedding.tables.prefetch_next(sparse, background)
+
     def reset_table_optimizer(self) -> None:
         """Zero the tables' row-wise Adagrad state (a fresh optimizer, as for dense layers)."""
         self.embedding.tables.reset_optimizer_state()
