@@ -72,7 +72,7 @@ class KernelRates:
     forward_ns: Mapping[str, float] = field(default_factory=lambda: dict(_FORWARD_NS))
     backward_ns: Mapping[str, float] = field(default_factory=lambda: dict(_BACKWARD_NS))
     call_us: float = 20.0
-    dense_ns_per_sample: float = 50_000.0
+    dense_ns_per_sample: float = 57200.0
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -82,10 +82,10 @@ class KernelRates:
 # Defaults: benchmarks/scale_out.py on the 2-core development VM under load (its JSON's
 # "rates"; D = 16, no cache, one thread; bf16 priced as fp16, int2 as int4). Re-measure with
 # the benchmark on the target hardware and pass KernelRates(...).
-_FORWARD_NS = {"fp32": 155.0, "fp16": 150.0, "bf16": 150.0, "int8": 26.0, "int4": 158.0,
-               "int2": 158.0}  # fmt: skip
-_BACKWARD_NS = {"fp32": 402.0, "fp16": 1061.0, "bf16": 1061.0, "int8": 315.0, "int4": 433.0,
-                "int2": 433.0}  # fmt: skip
+_FORWARD_NS = {"fp32": 29.0, "fp16": 27.0, "bf16": 27.0, "int8": 156.0, "int4": 171.0,
+               "int2": 171.0}  # fmt: skip
+_BACKWARD_NS = {"fp32": 250.0, "fp16": 1208.0, "bf16": 1208.0, "int8": 284.0, "int4": 499.0,
+                "int2": 499.0}  # fmt: skip
 
 
 @dataclass(frozen=True)
