@@ -1,10 +1,10 @@
 """Reduced-precision all-reduce of dense gradients: DDP communication hooks.
 
 ``fp16`` is PyTorch's ``fp16_compress_hook``. PyTorch's ``bf16_compress_hook`` runs on
-NCCL only, so ``bf16`` is a cast, an all-reduce and a cast back, which gloo runs too.
+NCCL only (DDP refuses it by name on gloo), so ``bf16`` is a cast, an all-reduce and a cast
+back, which gloo runs too.
+(No ``from __future__ import annotations`` here: DDP checks the hook's annotations as objects.)
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable
 
@@ -14,10 +14,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 GRADIENT_PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 
-__all__ = ["GRADIENT_PRECISIONS", "bf16_compress_hook", "gradient_hook"]
+__all__ = ["GRADIENT_PRECISIONS", "bfloat16_allreduce_hook", "gradient_hook"]
 
 
-def bf16_compress_hook(
+def bfloat16_allreduce_hook(
     process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
     """All-reduce a gradient bucket in bfloat16 and average it (any backend).
@@ -53,6 +53,6 @@ def gradient_hook(precision: str) -> Callable | None:
         raise ValueError(
             f"gradient_precision={precision!r} is not one of {list(GRADIENT_PRECISIONS)}"
         )
-    return {"fp32": None, "fp16": default_hooks.fp16_compress_hook, "bf16": bf16_compress_hook}[
-        precision
-    ]
+    hooks = {"fp32": None, "fp16": default_hooks.fp16_compress_hook,
+             "bf16": bfloat16_allreduce_hook}  # fmt: skip
+    return hooks[precision]
