@@ -70,7 +70,7 @@ def vocabulary_source(subcommand: str | None, config: Namespace) -> str | None:
     ckpt_path = config.get("ckpt_path")
     if ckpt_path and Path(str(ckpt_path)).is_file():
         return str(ckpt_path)
-    init_from = config.get("model.init_args.init_from") if subcommand == "fit" else None
+    init_from = config.get("model.init_args.init_from") if subcommand in ("fit", None) else None
     return str(init_from) if init_from else None
 
 
