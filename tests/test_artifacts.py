@@ -101,7 +101,7 @@ def test_test_and_predict_from_the_checkpoint_alone(pretrained, tmp_path, monkey
          f"--model.init_args.init_from={pretrained['ckpt']}"])  # fmt: skip
     ckpt = ft / "checkpoints" / "last.ckpt"
     assert read_checkpoint(ckpt)["hyper_parameters"]["init_from"] is None
-    new = write_clicks(tmp_path / "new" / "C.csv", 400, seed=14, extra="1,2.5,u999,s999\n")
+    write_clicks(tmp_path / "new" / "C.csv", 400, seed=14, extra="1,2.5,u999,s999\n")
     gone = tmp_path / "moved"
     shutil.move(pretrained["ckpt"].parent.parent, gone)  # the pretraining run is gone ...
     shutil.rmtree(tmp_path / "cache")  # ... and so is the training cache
