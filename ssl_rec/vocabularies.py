@@ -98,7 +98,7 @@ class Vocabularies:
     @property
     def cardinalities(self) -> list[int]:
         """Ids per field (including id 0), in order."""
-        return [v.cardinality for v in self.fields.values()]
+        return [int(v.cardinality) for v in self.fields.values()]
 
     def __getitem__(self, name: str) -> Vocabulary:
         """The vocabulary of field ``name`` (``KeyError`` naming the known fields)."""
@@ -205,7 +205,7 @@ class Vocabularies:
         meta = {"format": VOCABULARY_FORMAT, "min_frequency": self.min_frequency,
                 "max_vocab_size": self.max_vocab_size, "names": self.names,
                 "cardinalities": self.cardinalities,
-                "hashed": [v.hashed for v in self.fields.values()]}  # fmt: skip
+                "hashed": [bool(v.hashed) for v in self.fields.values()]}  # fmt: skip
         names = pa.array(self.names, pa.string())
         schema = pa.schema(
             [("field", pa.dictionary(pa.int16(), pa.string())), ("value", pa.large_string()),
