@@ -159,8 +159,11 @@ class CTRModule(pl.LightningModule):
         return self.backbone.vocabulary
 
     def setup(self, stage: str) -> None:
-        """Refuse strategies that would replicate the tables (see ``strategy``); take the
-        data's vocabulary (new model) or have the data encoded with the model's."""
+        """Refuse replicated tables; take the data's vocabulary or re-encode the data.
+
+        Strategies that would replicate the tables are refused (see ``strategy``); a new
+        model adopts its data's vocabulary, a trained one has the data encoded with its own.
+        """
         refuse_unsharded_tables(self.trainer, self)
         adopt_data_vocabulary(self)
 
