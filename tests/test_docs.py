@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
@@ -91,6 +92,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  "age": rng.integers(18, 70, n), "user": [f"u{u}" for u in user],
                  "item": [f"i{i}" for i in item], "shop": [f"s{s}" for s in shop]}  # fmt: skip
         pq.write_table(pa.table(table), root / name)
+        if name == "clicks.parquet":
+            pacsv.write_csv(pa.table(table).select(["clicked", "price", "user", "item"]),
+                            root / "clicks.csv")  # fmt: skip
     return root
 
 
