@@ -13,7 +13,7 @@ import sys
 import pytest
 
 HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb", "torchrec", "fbgemm_gpu")
-BOTTOM = {"types", "schema", "metrics", "vocabulary", "_checks", "_io"}
+BOTTOM = {"types", "schema", "metrics", "vocabulary", "vocabularies", "_checks", "_config", "_io"}
 # room -> (rooms it may import besides itself and the bottom layer, heavy frameworks it may load)
 LAYERS: dict[str, tuple[set[str], set[str]]] = {
     **{name: (set(), set()) for name in BOTTOM},

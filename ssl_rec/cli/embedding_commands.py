@@ -3,7 +3,8 @@
 Data for split representations and evaluation comes from ``--data`` (a LightningDataModule:
 ``--data data.yaml``, ``--data '{"class_path": ..., "init_args": ...}'`` or
 ``--data.class_path ... --data.init_args.KEY VALUE``), else from the data module
-hyperparameters saved in the checkpoint by ``ssl-rec fit``.
+hyperparameters saved in the checkpoint by ``ssl-rec fit``; either way it is encoded with
+the checkpoint's vocabulary.
 """
 
 from __future__ import annotations
@@ -35,25 +36,32 @@ log = logging.getLogger(__name__)
 
 
 def datamodule_from(
-    ckpt: str, data: pl.LightningDataModule | None, use_labels: bool | None = None
+    ckpt: str,
+    data: pl.LightningDataModule | None,
+    module: pl.LightningModule,
+    use_labels: bool | None = None,
 ) -> pl.LightningDataModule:
-    """Return ``data`` if given, else the data module rebuilt from the checkpoint.
+    """``data`` if given, else the data module rebuilt from the checkpoint.
 
     ``use_labels`` overrides the recorded setting (a pretraining run read its training rows
-    without labels; probes need them).
+    without labels; probes need them). Either way the data is encoded with the vocabulary
+    of ``module`` (the checkpoint's model).
     """
-    if data is not None:
-        return data
-    hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
-    if "_class_path" not in hparams:
-        raise ValueError(
-            f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
-            "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
-        )
-    hparams = dict(hparams)
-    if use_labels is not None and "use_labels" in hparams:
-        hparams["use_labels"] = use_labels
-    return instantiate_module(pl.LightningDataModule, hparams)
+    if data is None:
+        hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
+        if "_class_path" not in hparams:
+            raise ValueError(
+                f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
+                "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
+            )
+        hparams = dict(hparams)
+        if use_labels is not None and "use_labels" in hparams:
+            hparams["use_labels"] = use_labels
+        data = instantiate_module(pl.LightningDataModule, hparams)
+    vocabulary = getattr(module, "vocabulary", None)
+    if vocabulary is not None and callable(getattr(data, "use_vocabulary", None)):
+        data.use_vocabulary(vocabulary)
+    return data
 
 
 def split_loader(datamodule: pl.LightningDataModule, split: str) -> Any:
@@ -101,7 +109,7 @@ def export(
     config = IndexConfig(index, metric, precision, train_size, normalize)
     reps = None
     if split is not None:
-        loader = split_loader(datamodule_from(ckpt, data), split)
+        loader = split_loader(datamodule_from(ckpt, data, module), split)
         reps = {split: compute_representations(module, loader, max_rows, progress=True)}
     path = export_embeddings(
         module,
@@ -144,7 +152,7 @@ def evaluate(
     """
     module = load_module(ckpt)
     config = EvalConfig(train_rows, test_rows, knn_k, tuple(ks or (10, 50)), index, item_field)
-    datamodule = datamodule_from(ckpt, data, use_labels=True)
+    datamodule = datamodule_from(ckpt, data, module, use_labels=True)
     truth = None
     if isinstance(datamodule, SyntheticCTRDataModule):
         truth = datamodule.click_model().latent_truth

@@ -21,6 +21,7 @@ import pytorch_lightning as pl
 from ssl_rec.cli.environment import configure_environment
 from ssl_rec.cli.errors import guarded
 from ssl_rec.cli.lightning_cli import SSLRecCLI, trainer_defaults
+from ssl_rec.cli.run_dir import RunConfig
 
 
 def _export(argv: Sequence[str]) -> Any:
@@ -91,7 +92,7 @@ def run(args: Sequence[str] | None = None) -> Any:
         return None
     if argv[0] in EXTRA_COMMANDS:
         return EXTRA_COMMANDS[argv[0]](argv[1:])
-    return _lightning_cli(argv, save_config_kwargs={"overwrite": True})
+    return _lightning_cli(argv, save_config_callback=RunConfig)
 
 
 def _lightning_cli(argv: Sequence[str], **kwargs: Any) -> SSLRecCLI:

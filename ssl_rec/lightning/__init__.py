@@ -5,6 +5,7 @@ from ssl_rec.lightning.checkpoint import (
     load_backbone_weights,
     load_module,
     read_checkpoint,
+    read_vocabulary,
     schema_of,
 )
 from ssl_rec.lightning.ctr_module import CTRModule
@@ -21,6 +22,7 @@ __all__ = [
     "load_backbone_weights",
     "load_module",
     "read_checkpoint",
+    "read_vocabulary",
     "refuse_unsharded_tables",
     "schema_of",
 ]

@@ -18,6 +18,7 @@ from ssl_rec.models.dlrm import DLRMEncoder
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import BackboneDims, Batch, Representation
+from ssl_rec.vocabularies import Vocabularies
 
 EncoderFactory = Callable[[int, int, int], nn.Module]
 _TABLES = "embedding.tables."
@@ -85,6 +86,27 @@ class Backbone(nn.Module):
             output_dim=int(self.encoder.output_dim),
             cardinalities=tuple(self.schema.cardinalities),
         )
+        self._vocabulary: Vocabularies | None = None
+
+    @property
+    def vocabulary(self) -> Vocabularies | None:
+        """What each id of each field means (the raw value of every row), or ``None``.
+
+        Set from the data the model is trained on or from the checkpoint it is loaded from;
+        ``None`` means the ids were given directly and are their own values.
+        """
+        return self._vocabulary
+
+    def set_vocabulary(self, vocabulary: Vocabularies | None) -> None:
+        """Attach the vocabularies the tables' rows were trained for.
+
+        Raises:
+            ValueError: when its fields or cardinalities differ from the schema's.
+
+        """
+        if vocabulary is not None:
+            vocabulary.check_schema(self.schema, "the vocabulary given to the backbone")
+        self._vocabulary = vocabulary
 
     @property
     def dims(self) -> BackboneDims:
