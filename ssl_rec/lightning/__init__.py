@@ -11,12 +11,14 @@ from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
 from ssl_rec.lightning.pretrain_module import PretrainModule
 from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
+from ssl_rec.lightning.quantization_monitor import QuantizationMonitor
 
 __all__ = [
     "CTRModule",
     "KNNProbeCallback",
     "MetricsJSON",
     "PretrainModule",
+    "QuantizationMonitor",
     "ShardedTablesStrategy",
     "load_backbone_weights",
     "load_module",
