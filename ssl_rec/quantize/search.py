@@ -15,6 +15,7 @@ than FP32 on the calibration rows does so by chance, not by being more accurate.
 from __future__ import annotations
 
 import heapq
+import importlib.util
 import logging
 from dataclasses import asdict, dataclass, field
 
@@ -90,7 +91,10 @@ def ladder_of(
 ) -> tuple[tuple[str, ...], ...]:
     """The rungs ``unit`` may descend (a table of ``rows`` rows, a layer, an interaction)."""
     if unit.kind == "layer":
-        return INTERACTION_LADDER if interaction else DENSE_LADDER
+        if interaction:
+            return INTERACTION_LADDER
+        # INT8 layers need torchao (the `serve` extra); without it, 2-byte layers at most.
+        return DENSE_LADDER if importlib.util.find_spec("torchao") else DENSE_LADDER[:1]
     if rows <= tiny_rows:
         return TINY_TABLE_LADDER
     return tuple(r for r in TABLE_LADDER if all(_packs(p, dim) for p in r))

@@ -83,8 +83,17 @@ def test_budget_bounds_the_ne_change_and_int2_only_where_it_fits(source, rows):
 
 def test_report_save_and_load(source, rows, tmp_path):
     model, report = quantize_ctr(source, rows, rows, 1e-3, tiny_rows=3)
-    for key in ("ne_fp32", "ne_quantized", "auc_fp32", "auc_quantized", "bytes_fp32",
-                "bytes_quantized", "samples_per_s_fp32", "samples_per_s_quantized", "choices"):  # fmt: skip
+    for key in (
+        "ne_fp32",
+        "ne_quantized",
+        "auc_fp32",
+        "auc_quantized",
+        "bytes_fp32",
+        "bytes_quantized",
+        "samples_per_s_fp32",
+        "samples_per_s_quantized",
+        "choices",
+    ):
         assert key in report
     assert report["bytes_quantized"] < report["bytes_fp32"]
     assert set(report["tables"]) == {"C0", "C1", "C2", "C3"}
