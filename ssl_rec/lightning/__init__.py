@@ -10,8 +10,8 @@ from ssl_rec.lightning.checkpoint import (
 from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
 from ssl_rec.lightning.pretrain_module import PretrainModule
-from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
 from ssl_rec.lightning.quantization_monitor import QuantizationMonitor
+from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
 
 __all__ = [
     "CTRModule",
