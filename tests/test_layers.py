@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb", "torchrec", "fbgemm_gpu")
+HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb", "torchrec", "fbgemm_gpu", "torchao")
 BOTTOM = {"types", "schema", "metrics", "vocabulary", "vocabularies", "_checks", "_config", "_io"}
 # room -> (rooms it may import besides itself and the bottom layer, heavy frameworks it may load)
 LAYERS: dict[str, tuple[set[str], set[str]]] = {
@@ -24,7 +24,9 @@ LAYERS: dict[str, tuple[set[str], set[str]]] = {
     "models": ({"hardware"}, set()),
     "objectives": ({"models", "views", "hardware"}, set()),
     "evaluation": ({"models", "hardware"}, {"faiss"}),
-    "lightning": ({"models", "objectives", "views", "hardware", "evaluation", "distributed"},
+    "quantize": ({"models", "hardware", "evaluation"}, set()),
+    "lightning": ({"models", "objectives", "views", "hardware", "evaluation", "distributed",
+                   "quantize"},
                   {"pytorch_lightning", "faiss"}),
 }  # fmt: skip
 

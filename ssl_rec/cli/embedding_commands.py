@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 from jsonargparse import CLI
-from pytorch_lightning.cli import instantiate_module
 
 from ssl_rec._io import atomic_write_json
+from ssl_rec.cli.datamodules import datamodule_from, split_loader
 from ssl_rec.data import SyntheticCTRDataModule
 from ssl_rec.evaluation import (
     EvalConfig,
@@ -29,49 +29,9 @@ from ssl_rec.evaluation import (
     evaluate_embeddings,
     export_embeddings,
 )
-from ssl_rec.lightning.checkpoint import load_module, read_checkpoint
+from ssl_rec.lightning.checkpoint import load_module
 
-DM_HPARAMS = "datamodule_hyper_parameters"
 log = logging.getLogger(__name__)
-
-
-def datamodule_from(
-    ckpt: str,
-    data: pl.LightningDataModule | None,
-    module: pl.LightningModule,
-    use_labels: bool | None = None,
-) -> pl.LightningDataModule:
-    """``data`` if given, else the data module rebuilt from the checkpoint.
-
-    ``use_labels`` overrides the recorded setting (a pretraining run read its training rows
-    without labels; probes need them). Either way the data is encoded with the vocabulary
-    of ``module`` (the checkpoint's model).
-    """
-    if data is None:
-        hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
-        if "_class_path" not in hparams:
-            raise ValueError(
-                f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
-                "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
-            )
-        hparams = dict(hparams)
-        if use_labels is not None and "use_labels" in hparams:
-            hparams["use_labels"] = use_labels
-        data = instantiate_module(pl.LightningDataModule, hparams)
-    vocabulary = getattr(module, "vocabulary", None)
-    if vocabulary is not None and callable(getattr(data, "use_vocabulary", None)):
-        data.use_vocabulary(vocabulary)
-    return data
-
-
-def split_loader(datamodule: pl.LightningDataModule, split: str) -> Any:
-    """Return the data module's loader of ``split`` (``train``, ``val`` or ``test``)."""
-    loaders = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
-    if split not in loaders:
-        raise ValueError(f"split must be one of {sorted(loaders)}, got {split!r}")
-    datamodule.prepare_data()
-    datamodule.setup("fit" if split != "test" else "test")
-    return getattr(datamodule, loaders[split])()
 
 
 def export(

@@ -11,6 +11,7 @@ from ssl_rec.lightning.checkpoint import (
 from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
 from ssl_rec.lightning.pretrain_module import PretrainModule
+from ssl_rec.lightning.quantization_monitor import QuantizationMonitor
 from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "KNNProbeCallback",
     "MetricsJSON",
     "PretrainModule",
+    "QuantizationMonitor",
     "ShardedTablesStrategy",
     "load_backbone_weights",
     "load_module",
