@@ -207,9 +207,8 @@ def explain_command(
 
     """
     source, fp32, model = _reference_and_candidate(reference, candidate)
-    sample = labeled_rows(
-        datamodule_from(reference, data, fp32, use_labels=True), source.schema, split, rows, "explain"
-    )
+    datamodule = datamodule_from(reference, data, fp32, use_labels=True)
+    sample = labeled_rows(datamodule, source.schema, split, rows, "explain")
     result = explain_models(fp32, model, sample)
     print(format_explanation(result))
     if json_out:
@@ -246,9 +245,8 @@ def monitor(
     budget = report.get("budget_ne", 0.001) if budget_ne is None else budget_ne
     if not budget > 0:
         raise ValueError(f"--budget-ne must be > 0 (an NE change such as 0.001), got {budget}")
-    sample = labeled_rows(
-        datamodule_from(reference, data, fp32, use_labels=True), source.schema, split, rows, "monitored"
-    )
+    datamodule = datamodule_from(reference, data, fp32, use_labels=True)
+    sample = labeled_rows(datamodule, source.schema, split, rows, "monitored")
     result = compare_on_slice(fp32, model, sample, budget, report.get("tables"))
     print(format_comparison(result))
     if json_out:
