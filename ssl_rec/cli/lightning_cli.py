@@ -65,6 +65,19 @@ class SSLRecCLI(LightningCLI):
             warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
             return super().parse_arguments(parser, argv)
 
+    def instantiate_classes(self) -> None:
+        """Instantiate; an error raised while the data builds its schema surfaces as itself.
+
+        jsonargparse wraps exceptions of a link's ``compute_fn`` (here: preprocessing the
+        data) in a ``ValueError`` naming the link; the data's own message is the useful one.
+        """
+        try:
+            super().instantiate_classes()
+        except ValueError as e:
+            if e.__cause__ is not None and str(e).startswith("Call to compute_fn of link"):
+                raise e.__cause__ from None
+            raise
+
     def _data_schema(self, datamodule: Any) -> dict:
         if self._vocabulary is not None and callable(getattr(datamodule, "use_vocabulary", None)):
             datamodule.use_vocabulary(self._vocabulary)
