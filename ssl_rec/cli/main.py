@@ -78,6 +78,7 @@ SUBCOMMANDS = {
     "predict": "predictions of a checkpoint or a quantized model (--ckpt_path DIR --out FILE)",
     "export": "export entity embeddings and representations with FAISS indexes",
     "evaluate-embeddings": "probe and measure a checkpoint's representations",
+    "plan": "plan how tables shard over N ranks (per-rank bytes, imbalance) for a config",
     "quantize": "quantize a CTR model for serving within an NE budget",
     "explain": "name the table or layer that spends a quantized model's NE budget",
     "monitor": "compare a quantized model with its checkpoint on new data (exit 1 past budget)",
