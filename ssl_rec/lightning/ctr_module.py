@@ -12,7 +12,6 @@ from ssl_rec.lightning.artifact import adopt_data_vocabulary, restore_artifact, 
 from ssl_rec.lightning.checkpoint import load_backbone_weights
 from ssl_rec.lightning.module_config import BackboneFactory, backbone_factory, module_hparams
 from ssl_rec.lightning.strategy import refuse_unsharded_tables
-from ssl_rec.lightning.table_prefetch import TablePrefetch
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.heads import CTRHead
@@ -153,10 +152,6 @@ class CTRModule(pl.LightningModule):
         return torch.optim.Adam(
             params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay
         )
-
-    def configure_callbacks(self) -> list[pl.Callback]:
-        """The next batch's table admissions overlap this step (see ``TablePrefetch``)."""
-        return [TablePrefetch()]
 
     @property
     def vocabulary(self) -> Any:

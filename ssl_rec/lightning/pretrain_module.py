@@ -17,7 +17,6 @@ from ssl_rec.lightning.module_config import (
     module_hparams,
 )
 from ssl_rec.lightning.strategy import refuse_unsharded_tables
-from ssl_rec.lightning.table_prefetch import TablePrefetch
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
@@ -168,10 +167,6 @@ class PretrainModule(pl.LightningModule):
             return torch.optim.Adam(main, **kwargs)
         gen_params = [p for p in self.parameters() if id(p) in generator]
         return [torch.optim.Adam(main, **kwargs), torch.optim.Adam(gen_params, **kwargs)]
-
-    def configure_callbacks(self) -> list[pl.Callback]:
-        """The next batch's table admissions overlap this step (see ``TablePrefetch``)."""
-        return [TablePrefetch()]
 
     @property
     def vocabulary(self) -> Any:

@@ -49,8 +49,7 @@ def _fit(tmp_path, background: bool) -> CTRModule:
     return module
 
 
-def test_module_prefetches_by_default_and_thread_changes_nothing(tmp_path):
-    assert any(isinstance(c, TablePrefetch) for c in _module().configure_callbacks())
+def test_prefetch_callback_thread_changes_nothing(tmp_path):
     inline, overlapped = _fit(tmp_path, False), _fit(tmp_path, True)
     stats = overlapped.backbone.table_stats()["cache"]
     assert stats["prefetch_used"] == 10 and stats["prefetch_discarded"] == 0  # 5 per epoch
