@@ -10,6 +10,7 @@ instantiation.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import asdict, is_dataclass
@@ -26,6 +27,7 @@ from ssl_rec.data.loader import BatchLoader
 from ssl_rec.data.storage import LABEL, cached_build, default_cache_dir, open_split
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
+from ssl_rec.vocabulary import Vocabulary
 
 _SUBSET_STREAM = 7
 log = logging.getLogger(__name__)
@@ -64,6 +66,34 @@ class ArrowDataModule(pl.LightningDataModule):
         self.cache_dir = Path(os.path.expanduser(cache_dir)) if cache_dir else default_cache_dir()
         self._entry: tuple[Path, FeatureSchema] | None = None
         self._splits: dict[str, datasets.Dataset] = {}
+        self.vocabularies: list[Vocabulary] | None = None
+
+    def set_vocabularies(self, vocabularies: list[Vocabulary] | None) -> None:
+        """Encode the data with these fitted vocabularies (one per field) instead of fitting.
+
+        A trained model's vocabularies applied to new data (fine-tuning, test, prediction):
+        values they do not know map to id 0 and are counted in
+        ``schema.metadata["unseen_values"]``. ``None`` fits new ones again.
+        """
+        if vocabularies is not None and not self.cache_kind_preprocesses:
+            raise ValueError(f"{type(self).__name__} generates its ids; it takes no vocabularies")
+        self.vocabularies = None if vocabularies is None else list(vocabularies)
+        self._entry, self._splits = None, {}
+
+    cache_kind_preprocesses: bool = True
+    """Whether the source maps raw values through vocabularies (false for generated ids)."""
+
+    def vocabulary_digest(self) -> str | None:
+        """SHA-256 of the given vocabularies (part of the cache key), ``None`` when fitting."""
+        if self.vocabularies is None:
+            return None
+        h = hashlib.sha256()
+        for v in self.vocabularies:
+            h.update(f"{v.cardinality}:{v.hashed}:".encode())
+            h.update(np.ascontiguousarray(v.ids, np.int32).tobytes())
+            for buffer in v.values.cast(pa.large_string()).buffers():
+                h.update(b"" if buffer is None else memoryview(buffer))
+        return h.hexdigest()
 
     def _record_hparams(self, init_locals: dict[str, Any]) -> None:
         """Save the constructor arguments as plain values (checkpoints load weights-only).
@@ -112,7 +142,7 @@ class ArrowDataModule(pl.LightningDataModule):
 
     @property
     def data_dir(self) -> Path:
-        """The cache entry holding ``<split>.arrow``, ``schema.json`` and ``vocab/``."""
+        """The cache entry holding ``<split>/*.arrow`` shards, ``schema.json`` and ``vocab/``."""
         self.schema  # noqa: B018 - builds the entry
         return self._entry[0]
 

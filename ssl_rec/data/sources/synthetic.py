@@ -22,7 +22,7 @@ from ssl_rec.data.sources.synthetic_clicks import (
     SyntheticRows,
     render_ids,
 )
-from ssl_rec.data.storage import SPLITS, SplitWriter, split_schema
+from ssl_rec.data.storage import SPLITS, ShardWriter, record_batch, split_schema
 from ssl_rec.metrics import ctr_summary
 from ssl_rec.schema import (
     CRITEO_CATEGORICAL,
@@ -69,10 +69,11 @@ def write_synthetic_splits(
     for split, n in sizes.items():
         probs, labels = [], []
         schema = split_schema(len(CRITEO_DENSE), len(CRITEO_CATEGORICAL), True, True)
-        with SplitWriter(out_dir / f"{split}.arrow", schema) as writer:
+        with ShardWriter(out_dir / split, schema) as writer:
             for chunk, start in enumerate(range(0, n, CHUNK_ROWS)):
                 rows = gen.rows(split, chunk, min(CHUNK_ROWS, n - start))
-                writer.write(np.log1p(rows.dense), rows.sparse, rows.label, rows.prob)
+                dense = np.log1p(rows.dense)
+                writer.write(record_batch(schema, dense, rows.sparse, rows.label, rows.prob))
                 probs.append(rows.prob)
                 labels.append(rows.label)
                 progress.update(rows.sparse.shape[0])
@@ -189,6 +190,7 @@ class SyntheticCTRDataModule(ArrowDataModule):
             self.synthetic = dataclasses.replace(self.synthetic, preset=preset)
 
     cache_kind = "synthetic"
+    cache_kind_preprocesses = False
 
     def cache_inputs(self) -> dict[str, Any]:
         """The click model's config, its code version and the split sizes."""
