@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "ops.h"
+#include "profile.h"
 
 namespace sslrec {
 
@@ -165,7 +166,11 @@ void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, i
   int32_t* slots = out.slots.data_ptr<int32_t>() + f * B;
   thread_local std::vector<int32_t> counts;
   if (static_cast<int64_t>(counts.size()) < B) counts.resize(B);
-  const int64_t U = dedupe(ids, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
+  int64_t U;
+  {
+    PhaseTimer timer(kDedupe);
+    U = dedupe(ids, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
+  }
   out.num_unique.data_ptr<int64_t>()[f] = U;
   std::fill(urows + U, urows + B, 0);  // a plan's unused tail is fixed (plans compare equal)
   std::fill(slots, slots + B, -1);
@@ -177,18 +182,25 @@ void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, i
   a.corrupt_slot = -1;
   a.evicts.clear();
   a.loads.clear();
-  lock_plans(locks, f, lock.data(), true);
-  assign_slots(t, urows, counts.data(), U, lock.data(), slots, a);
-  lock_plans(locks, f, lock.data(), false);
-  for (int64_t u = 0; u < U; ++u)
-    if (slots[u] >= 0) lock[slots[u] / kWays] = 0;
+  {
+    PhaseTimer timer(kAssign);
+    lock_plans(locks, f, lock.data(), true);
+    assign_slots(t, urows, counts.data(), U, lock.data(), slots, a);
+    lock_plans(locks, f, lock.data(), false);
+    for (int64_t u = 0; u < U; ++u)
+      if (slots[u] >= 0) lock[slots[u] / kWays] = 0;
+  }
   TORCH_CHECK_VALUE(a.corrupt_slot < 0, "table ", f, ": cache tag ", t.tags[a.corrupt_slot],
                     " of slot ", a.corrupt_slot, " names no row of the table's ", t.rows,
                     " (corrupt cache state)");
   t.stats[0] += a.hits;
   t.stats[1] += a.misses;
   t.stats[2] += a.evictions;
-  variant().evict(t, a.evicts.data(), static_cast<int64_t>(a.evicts.size()), key);
+  {
+    PhaseTimer timer(kEvict);
+    variant().evict(t, a.evicts.data(), static_cast<int64_t>(a.evicts.size()), key);
+  }
+  PhaseTimer timer(kLoad);
   variant().load(t, a.loads.data(), static_cast<int64_t>(a.loads.size()));
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "ops.h"
+#include "profile.h"
 
 namespace sslrec {
 
@@ -35,6 +36,7 @@ void group_samples(const int32_t* inverse, int64_t B, int64_t F, int64_t f, int6
 }  // namespace
 
 at::Tensor gather(const Tables& tables, const Plan& p) {
+  PhaseTimer timer(kGather);
   const std::vector<TableView> ts = table_views(tables);
   check_plan(p, ts, "plan");
   const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(0);
@@ -71,8 +73,12 @@ void update(const Tables& tables, const Plan& p, const at::Tensor& grad, int64_t
   const int64_t* nu = p.num_unique.data_ptr<int64_t>();
   const int32_t* inv = p.inverse.data_ptr<int32_t>();
   std::vector<std::vector<int32_t>> start(F), order(F);
-  run_tasks(F, iota(F), true,
-            [&](int64_t f) { group_samples(inv, B, F, f, nu[f], start[f], order[f]); });
+  {
+    PhaseTimer timer(kGroup);
+    run_tasks(F, iota(F), true,
+              [&](int64_t f) { group_samples(inv, B, F, f, nu[f], start[f], order[f]); });
+  }
+  PhaseTimer timer(kUpdate);
   // Chunks of unique rows: distinct rows, so chunks of one table run on any thread.
   constexpr int64_t kChunk = 256;
   std::vector<int64_t> chunk_table, chunk_begin;

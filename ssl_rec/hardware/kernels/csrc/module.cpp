@@ -2,6 +2,7 @@
 // behind the interface of kernels/reference.py). Every entry validates its inputs and runs
 // without the GIL, so an admission may run on a helper thread beside the dense layers.
 #include "ops.h"
+#include "profile.h"
 
 namespace py = pybind11;
 using sslrec::Plan;
@@ -60,6 +61,18 @@ at::Tensor lookup(TensorList stores, TensorList cache_rows, TensorList cache_tag
       ids);
 }
 
+// Seconds per phase since the last reset; switches the counters on (or off with `on`).
+py::dict phase_seconds(bool on, bool reset) {
+  sslrec::Profile& p = sslrec::profile();
+  py::dict out;
+  for (int i = 0; i < sslrec::kNumPhases; ++i) {
+    const int64_t ns = reset ? p.ns[i].exchange(0) : p.ns[i].load();
+    out[sslrec::kPhaseNames[i]] = static_cast<double>(ns) * 1e-9;
+  }
+  p.on = on;
+  return out;
+}
+
 int64_t row_bytes(int64_t kind, int64_t dim) {
   TORCH_CHECK_VALUE(kind >= 0 && kind < sslrec::kNumKinds, "row_bytes: unknown format ", kind);
   TORCH_CHECK_VALUE(dim > 0, "row_bytes: dim must be > 0, got ", dim);
@@ -80,5 +93,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("simd_level", &sslrec::simd_level, "0 portable, 1 AVX2, 2 AVX-512");
   m.def("max_simd_level", &sslrec::max_simd_level, "widest variant this CPU runs");
   m.def("set_simd_level", &sslrec::set_simd_level, "choose the variant; returns the previous");
+  m.def("phase_seconds", &phase_seconds, "per-phase seconds; on: keep counting; reset: zero",
+        py::arg("on") = true, py::arg("reset") = true);
   m.def("simd_name", [] { return std::string(sslrec::variant().name); });
 }
