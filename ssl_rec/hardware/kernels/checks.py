@@ -11,8 +11,8 @@ import torch
 
 from ssl_rec.hardware.kernels.layout import (
     CACHE_WAYS,
-    META_DIM,
     META_COLUMNS,
+    META_DIM,
     META_KIND,
     META_OPTIMIZER,
     META_POLICY,
