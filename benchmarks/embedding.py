@@ -24,37 +24,11 @@ import torch
 from _figures import save_figure
 
 from ssl_rec._io import atomic_write_json
+from ssl_rec.data.sources.synthetic_clicks import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 
-CRITEO_KAGGLE = [
-    1460,
-    583,
-    10131227,
-    2202608,
-    305,
-    24,
-    12517,
-    633,
-    3,
-    93145,
-    5683,
-    8351593,
-    3194,
-    27,
-    14992,
-    5461306,
-    10,
-    5652,
-    2173,
-    4,
-    7046547,
-    18,
-    15,
-    286181,
-    105,
-    142572,
-]
+CRITEO_KAGGLE = list(CRITEO_KAGGLE_CARDINALITIES)
 DIM = 64
 MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
