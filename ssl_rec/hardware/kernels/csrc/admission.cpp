@@ -2,8 +2,9 @@
 // unique rows are looked up in the cache (hits touched and locked), then the misses take
 // the least recently / frequently used way of their set that no row of this batch (or of
 // a batch still waiting for its backward) holds; a miss whose set has no such way stays
-// uncached for this batch. Victims are written back (stochastic rounding) and the new rows
-// loaded in two passes over lists known in full, so their DRAM accesses overlap.
+// uncached for this batch. Then one pass over the list of admissions, known in full, writes
+// each victim back (stochastic rounding) and loads the new row, its DRAM accesses requested
+// ahead so their latencies overlap.
 // Mirrors kernels/reference.py's admit operation by operation.
 #include <algorithm>
 
@@ -69,39 +70,41 @@ inline int victim(const TableView& t, int64_t s, uint8_t locked) {
 }
 
 // Unique rows of table f's ids in first-occurrence order, each sample's index among them
-// and each row's number of samples. Returns U.
+// and each row's number of samples. Returns U. An open-addressing table of (row, index)
+// entries, twice the batch in size and left empty for the next call.
 int64_t dedupe(const int64_t* ids, int64_t B, int64_t F, int64_t f, int64_t* urows,
                int32_t* inverse, int32_t* counts) {
-  thread_local std::vector<int64_t> keys, pos;
-  thread_local std::vector<int32_t> vals;
+  struct Entry {
+    int64_t row;
+    int64_t u;
+  };
+  thread_local std::vector<Entry> table;
+  thread_local std::vector<int64_t> pos;
   int64_t cap = 16;
   while (cap < 2 * B) cap <<= 1;
-  if (static_cast<int64_t>(keys.size()) < cap) {
-    keys.assign(cap, -1);
-    vals.resize(cap);
-  }
+  if (static_cast<int64_t>(table.size()) < cap) table.assign(cap, Entry{-1, 0});
   if (static_cast<int64_t>(pos.size()) < B) pos.resize(B);
   const uint64_t mask = static_cast<uint64_t>(cap - 1);
   int shift = 64;
   for (int64_t c = cap; c > 1; c >>= 1) --shift;
+  Entry* e = table.data();
   int64_t U = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t row = ids[b * F + f];
     uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> shift;
-    while (keys[h] != -1 && keys[h] != row) h = (h + 1) & mask;
-    if (keys[h] == -1) {
-      keys[h] = row;
-      vals[h] = static_cast<int32_t>(U);
+    while (e[h].row != -1 && e[h].row != row) h = (h + 1) & mask;
+    if (e[h].row == -1) {
+      e[h] = Entry{row, U};
       pos[U] = static_cast<int64_t>(h);
       urows[U] = row;
       counts[U] = 0;
       ++U;
     }
-    const int32_t u = vals[h];
+    const int64_t u = e[h].u;
     ++counts[u];
-    inverse[b * F + f] = u;
+    inverse[b * F + f] = static_cast<int32_t>(u);
   }
-  for (int64_t u = 0; u < U; ++u) keys[pos[u]] = -1;  // leave the table empty
+  for (int64_t u = 0; u < U; ++u) e[pos[u]].row = -1;
   return U;
 }
 
@@ -116,14 +119,14 @@ void lock_plans(const std::vector<Plan>& locks, int64_t f, uint8_t* lock, bool o
 
 struct Admission {
   int64_t hits = 0, misses = 0, evictions = 0, corrupt_slot = -1;
-  std::vector<Move> evicts, loads;
+  std::vector<Move> moves;
 };
 
 // Hit pass, then miss pass, of one table's unique rows; fills slots and the move lists.
 void assign_slots(const TableView& t, const int64_t* urows, const int32_t* counts, int64_t U,
                   uint8_t* lock, int32_t* slots, Admission& a) {
   for (int64_t u = 0; u < U; ++u) {
-    if (u + 8 < U) __builtin_prefetch(t.tags + (urows[u + 8] % t.sets) * kWays);
+    if (u + 8 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 8]) * kWays);
     const int64_t slot = t.find(urows[u]);
     slots[u] = static_cast<int32_t>(slot >= 0 ? slot : -2);
     if (slot < 0) continue;
@@ -133,7 +136,7 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
   }
   for (int64_t u = 0; u < U; ++u) {
     if (slots[u] != -2) continue;
-    const int64_t row = urows[u], s = row % t.sets;
+    const int64_t row = urows[u], s = t.set_of(row);
     const int way = victim(t, s, lock[s]);
     if (way < 0) {
       a.misses += counts[u];
@@ -143,17 +146,17 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
     a.misses += 1;
     a.hits += counts[u] - 1;  // the batch's later samples of the row find it cached
     const int64_t slot = s * kWays + way;
+    int64_t old = -1;
     if (t.tags[slot] != -1) {
-      const int64_t old = static_cast<int64_t>(t.tags[slot]) * t.sets + s;
+      old = static_cast<int64_t>(t.tags[slot]) * t.sets + s;
       if (t.tags[slot] < -1 || old >= t.rows) {
         a.corrupt_slot = slot;
         return;
       }
-      a.evicts.push_back({slot, old});
       ++a.evictions;
     }
-    a.loads.push_back({slot, row});
-    t.tags[slot] = static_cast<int16_t>(row / t.sets);
+    a.moves.push_back({slot, old, row});
+    t.tags[slot] = static_cast<int16_t>(t.tag_of(row));
     touch(t, s, way, true);
     lock[s] |= 1 << way;
     slots[u] = static_cast<int32_t>(slot);
@@ -180,8 +183,7 @@ void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, i
   thread_local Admission a;
   a.hits = a.misses = a.evictions = 0;
   a.corrupt_slot = -1;
-  a.evicts.clear();
-  a.loads.clear();
+  a.moves.clear();
   {
     PhaseTimer timer(kAssign);
     lock_plans(locks, f, lock.data(), true);
@@ -196,12 +198,8 @@ void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, i
   t.stats[0] += a.hits;
   t.stats[1] += a.misses;
   t.stats[2] += a.evictions;
-  {
-    PhaseTimer timer(kEvict);
-    variant().evict(t, a.evicts.data(), static_cast<int64_t>(a.evicts.size()), key);
-  }
-  PhaseTimer timer(kLoad);
-  variant().load(t, a.loads.data(), static_cast<int64_t>(a.loads.size()));
+  PhaseTimer timer(kReplace);
+  variant().replace(t, a.moves.data(), static_cast<int64_t>(a.moves.size()), key);
 }
 
 }  // namespace

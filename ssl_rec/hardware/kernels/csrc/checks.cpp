@@ -75,6 +75,7 @@ TableView view_of(const Tables& t, int64_t f) {
   expect_shape(t.stats[f], {4}, name + "stats");
   expect(t.momentum[f], at::kFloat, 1, name + "momentum");
   if (v.optimizer == 1) expect_shape(t.momentum[f], {v.rows}, name + "momentum");
+  v.set_magic_from_sets();
   if (v.sets > 0) {
     v.cache = t.cache_rows[f].data_ptr<float>();
     v.tags = t.cache_tags[f].data_ptr<int16_t>();

@@ -22,7 +22,7 @@ namespace sslrec {
 
 #define SSL_VARIANT_TABLE(ns, label)                                                          \
   const Variant& table() {                                                                    \
-    static const Variant v{label,  &dequant_row, &quant_row, &evict,  &load,                  \
+    static const Variant v{label,  &dequant_row, &quant_row, &replace,                        \
                            &sources, &gather,    &lookup,    &update, &bag_range};            \
     return v;                                                                                 \
   }

@@ -10,26 +10,31 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
   __builtin_prefetch(c + bytes - 1);
 }
-
-// Write each victim's FP32 cache row back to its store row (stochastic rounding, purpose
-// eviction). All evictions of a call precede its admissions, so a slot is read before it
-// is refilled.
-inline void evict(const TableView& t, const Move* m, int64_t n, uint32_t key) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      prefetch_bytes(t.cache_row(m[i + kAhead].slot), t.dim * 4);
-      prefetch_bytes(t.store_row(m[i + kAhead].row), t.rbytes);
-    }
-    quant_row(t.kind, t.cache_row(m[i].slot), t.dim, t.store_row(m[i].row), t.sr,
-              row_key(key, t.global_row(m[i].row)));
-  }
+// The same, announcing a write (the line arrives exclusive: no second request to own it).
+inline void prefetch_write(void* p, int64_t bytes) {
+  char* c = static_cast<char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 1);
+  __builtin_prefetch(c + bytes - 1, 1);
 }
 
-// Fill each admitted slot with its row's store value.
-inline void load(const TableView& t, const Move* m, int64_t n) {
+// Each admission: the victim's FP32 cache row is written back to its store row (stochastic
+// rounding, purpose eviction), then the new row's store value fills the slot, in one pass so
+// the slot's lines are read once. Evicted rows are cached and admitted rows are not, so no
+// admission reads a store row another one writes.
+inline void replace(const TableView& t, const Move* m, int64_t n, uint32_t key) {
+  constexpr int64_t kMoveAhead = 4;  // a move touches up to 8 lines: 32 in flight
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) prefetch_bytes(t.store_row(m[i + kAhead].row), t.rbytes);
-    dequant_row(t.kind, t.store_row(m[i].row), t.dim, t.cache_row(m[i].slot));
+    if (i + kMoveAhead < n) {
+      const Move& a = m[i + kMoveAhead];
+      prefetch_write(t.cache_row(a.slot), t.dim * 4);
+      if (a.victim >= 0) prefetch_write(t.store_row(a.victim), t.rbytes);
+      prefetch_bytes(t.store_row(a.row), t.rbytes);
+    }
+    float* slot = t.cache_row(m[i].slot);
+    if (m[i].victim >= 0)
+      quant_row(t.kind, slot, t.dim, t.store_row(m[i].victim), t.sr,
+                row_key(key, t.global_row(m[i].victim)));
+    dequant_row(t.kind, t.store_row(m[i].row), t.dim, slot);
   }
 }
 
@@ -59,7 +64,11 @@ inline void gather(const float* const* const* src, const int32_t* inverse, int64
   for (int64_t b = b0; b < b1; ++b) {
     if (b + kSampleAhead < b1) {
       const int32_t* next = inverse + (b + kSampleAhead) * F;
-      for (int64_t f = 0; f < F; ++f) prefetch_bytes(src[f][next[f]], dim * 4);
+      for (int64_t f = 0; f < F; ++f) {  // first and last line: the rest follows them
+        const char* row = reinterpret_cast<const char*>(src[f][next[f]]);
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + dim * 4 - 1);
+      }
     }
     const int32_t* inv = inverse + b * F;
     float* o = out + b * F * dim;
@@ -111,11 +120,13 @@ inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* sl
       if (t.mom) __builtin_prefetch(t.mom + rows[ahead]);
     }
     const float* a = gf + g.order[g.start[u]] * stride;
-    if (g.start[u] + kGradAhead < last) prefetch_bytes(gf + g.order[g.start[u] + kGradAhead] * stride, dim * 4);
+    if (g.start[u] + kGradAhead < last)
+      prefetch_bytes(gf + g.order[g.start[u] + kGradAhead] * stride, dim * 4);
     if (g.start[u + 1] - g.start[u] > 1) {
       copy_row(acc, a, dim);
       for (int32_t j = g.start[u] + 1; j < g.start[u + 1]; ++j) {
-        if (j + kGradAhead < last) prefetch_bytes(gf + g.order[j + kGradAhead] * stride, dim * 4);
+        if (j + kGradAhead < last)
+          prefetch_bytes(gf + g.order[j + kGradAhead] * stride, dim * 4);
         add_row(acc, gf + g.order[j] * stride, dim);
       }
       a = acc;

@@ -21,14 +21,31 @@ struct TableView {
   float* mom = nullptr;
   float lr = 0.0f, eps = 0.0f;
 
+  uint64_t set_magic = 0;  // floor(2^64 / sets) + 1 when rows < 2^32 and sets > 1, else 0
+
   uint8_t* store_row(int64_t row) const { return store + row * rbytes; }
   // Global row of local `row` (row-wise shards hold rows offset, offset + stride, ...): the
   // stochastic-rounding key, so a sharded table draws the numbers of the unsharded one.
   int64_t global_row(int64_t row) const { return offset + row * stride; }
   float* cache_row(int64_t slot) const { return cache + slot * dim; }
+  // Cache set and tag of a row (row % sets, row / sets): a multiply instead of a division
+  // (Lemire et al., "Faster remainder by direct computation", 2019; exact below 2^32).
+  void set_magic_from_sets() {
+    const bool fits = sets > 1 && rows <= 0xFFFFFFFFll;
+    set_magic = fits ? ~uint64_t{0} / static_cast<uint64_t>(sets) + 1 : 0;
+  }
+  int64_t set_of(int64_t row) const {
+    if (set_magic == 0) return row % sets;
+    const uint64_t low = set_magic * static_cast<uint64_t>(row);
+    return static_cast<int64_t>((static_cast<unsigned __int128>(low) * sets) >> 64);
+  }
+  int64_t tag_of(int64_t row) const {
+    if (set_magic == 0) return row / sets;
+    return static_cast<int64_t>((static_cast<unsigned __int128>(set_magic) * row) >> 64);
+  }
   int64_t find(int64_t row) const {
     if (sets == 0) return -1;
-    const int64_t s = row % sets, q = row / sets;
+    const int64_t s = set_of(row), q = tag_of(row);
     const int16_t* t = tags + s * kWays;
     for (int w = 0; w < kWays; ++w)
       if (t[w] == q) return s * kWays + w;
@@ -37,14 +54,15 @@ struct TableView {
   // Slot holding `row` now: the plan's `hint` when it still holds the row, else a search.
   int64_t current_slot(int64_t row, int64_t hint) const {
     if (sets == 0) return -1;
-    if (hint >= 0 && tags[hint] == row / sets) return hint;
+    if (hint >= 0 && tags[hint] == tag_of(row)) return hint;
     return find(row);
   }
 };
 
-// A cache slot and a store row moved between them (eviction or admission).
+// An admission: `row` enters cache slot `slot`, whose previous row `victim` (-1: the slot
+// was empty) is written back first.
 struct Move {
-  int64_t slot, row;
+  int64_t slot, victim, row;
 };
 
 // Samples of one table grouped by unique row, in sample order (CSR): the samples of unique
@@ -58,8 +76,7 @@ struct Variant {
   const char* name;
   void (*dequant_row)(int kind, const uint8_t* row, int64_t dim, float* out);
   void (*quant_row)(int kind, const float* x, int64_t dim, uint8_t* row, bool sr, uint32_t rk);
-  void (*evict)(const TableView& t, const Move* m, int64_t n, uint32_t key);
-  void (*load)(const TableView& t, const Move* m, int64_t n);
+  void (*replace)(const TableView& t, const Move* m, int64_t n, uint32_t key);
   void (*sources)(const TableView& t, const int64_t* rows, const int32_t* slots, int64_t n,
                   const float** src, float* scratch);
   void (*gather)(const float* const* const* src, const int32_t* inverse, int64_t F, int64_t dim,
