@@ -3,6 +3,7 @@ import copy
 import pytest
 import torch
 
+from ssl_rec.data.sources.synthetic_clicks import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.hardware import (
     MixedPrecisionEmbedding,
     MixedPrecisionEmbeddingCollection,
@@ -10,34 +11,7 @@ from ssl_rec.hardware import (
     estimate_memory,
 )
 
-CRITEO_KAGGLE = [
-    1460,
-    583,
-    10131227,
-    2202608,
-    305,
-    24,
-    12517,
-    633,
-    3,
-    93145,
-    5683,
-    8351593,
-    3194,
-    27,
-    14992,
-    5461306,
-    10,
-    5652,
-    2173,
-    4,
-    7046547,
-    18,
-    15,
-    286181,
-    105,
-    142572,
-]
+CRITEO_KAGGLE = list(CRITEO_KAGGLE_CARDINALITIES)
 SPECS = [
     TableSpec("int8", 0.1),
     TableSpec("int4", 0.2, "lfu"),
