@@ -67,8 +67,10 @@ def tiny_ssl_rec(argv: list[str]) -> list[str]:
     if command in ("export", "evaluate-embeddings"):
         extra = ["--train_rows=300", "--test_rows=300"] if command != "export" else []
         return [*(a.replace("1000000", "1500") for a in argv), *extra]
-    if command in ("quantize", "explain", "monitor", "plan") or "quantized" in text:
-        return list(argv)  # their data comes from the checkpoint or the config as written
+    if command in ("quantize", "explain", "monitor", "plan") or (
+        "quantized" in text and "--config" not in text
+    ):
+        return list(argv)  # their data comes from the checkpoint or the model's record
     extra = [*QUICK]
     if command == "fit":
         extra.append("--trainer.max_epochs=1")

@@ -123,7 +123,21 @@ def run(args: Sequence[str] | None = None) -> Any:
         from ssl_rec.cli.predict_quantized import predict_main
 
         return predict_main(argv[1:])
+    if argv[0] == "predict":
+        argv = _predictions_out_alias(argv)
     return _lightning_cli(argv, save_config_callback=RunConfig)
+
+
+def _predictions_out_alias(argv: list[str]) -> list[str]:
+    """``predict --out FILE`` (the quantized spelling) means ``--predictions.out FILE``."""
+    out = []
+    for arg in argv:
+        if arg == "--out":
+            arg = "--predictions.out"
+        elif arg.startswith("--out="):
+            arg = "--predictions.out=" + arg.split("=", 1)[1]
+        out.append(arg)
+    return out
 
 
 def _predicts_quantized(argv: Sequence[str]) -> bool:
