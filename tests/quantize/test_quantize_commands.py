@@ -64,9 +64,13 @@ def test_bad_inputs_are_one_line_errors(ckpt, tmp_path, capsys):
     data = ["--data.class_path", "ssl_rec.data.SyntheticCTRDataModule"]
     _fails([*base, *data, "--data.init_args.n_train", "3000", "--data.init_args.n_val", "0"],
            capsys, "no rows")  # fmt: skip
-    _fails([*base, *data, "--data.init_args.n_train", "3000",
-            "--data.init_args.synthetic.cardinality_scale", "0.0005"],
-           capsys, "has another schema than the model")  # fmt: skip
+    other = tmp_path / "other.csv"
+    other.write_text("clicked,price,user\n" + "".join(f"{i % 2},{i}.5,u{i % 7}\n"
+                                                      for i in range(300)))  # fmt: skip
+    _fails([*base, "--data.class_path", "ssl_rec.data.TabularDataModule",
+            "--data.init_args.path", str(other), "--data.init_args.label", "clicked",
+            "--data.init_args.dense", "[price]", "--data.init_args.categorical", "[user]"],
+           capsys, "C1")  # fmt: skip
     pretrain = tmp_path / "pretrain"
     main(["fit", "--config", "configs/pretrain/mfp.yaml", "--trainer.default_root_dir",
           str(pretrain), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
