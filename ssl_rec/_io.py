@@ -51,6 +51,23 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` to write; it replaces ``path`` when the block succeeds.
+
+    For writers that take a file name (Parquet, Arrow, CSV); if the block raises, the
+    temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    tmp = _tmp_sibling(path, "file")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write UTF-8 ``text`` to ``path`` atomically."""
     return atomic_write_bytes(path, text.encode("utf-8"))

@@ -7,11 +7,14 @@ columns, ``D`` for the embedding dimension and ``H`` for the pooled representati
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from ssl_rec.schema import FeatureSchema
+
+if TYPE_CHECKING:
+    from ssl_rec.vocabularies import Vocabularies
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,8 @@ class BackboneProtocol(Protocol):
     """What objectives, views, probes and exports may use of a backbone.
 
     ``embed`` looks ids up (``[MASK]`` tokens where ``field_mask`` is set), ``encode`` runs the
-    interaction encoder, calling the backbone does both; ``entity_vectors`` reads table rows;
+    interaction encoder, calling the backbone does both; ``entity_vectors`` reads table rows
+    and ``vocabulary`` says which raw value each row stands for;
     ``clone_encoder`` / ``update_encoder_copy`` keep a momentum copy of the encoder.
     """
 
@@ -175,6 +179,11 @@ class BackboneProtocol(Protocol):
 
     def entity_vectors(self, field: str, ids: torch.Tensor) -> torch.Tensor:
         """Table rows ``float32[n, D]`` of ``ids int64[n]`` of ``field``."""
+        ...
+
+    @property
+    def vocabulary(self) -> Vocabularies | None:
+        """What each id of each field means (the data's vocabularies), or ``None``."""
         ...
 
     def clone_encoder(self) -> torch.nn.Module:

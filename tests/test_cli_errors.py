@@ -139,10 +139,12 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_subcommand(capsys) -> None:
+    from ssl_rec.cli.main import EXTRA_COMMANDS
+
     main(["--help"])
     out = capsys.readouterr().out
-    for name in ("fit", "validate", "test", "predict", "export", "evaluate-embeddings"):
-        assert f"\n  {name} " in out
+    for name in ("fit", "validate", "test", "predict", *EXTRA_COMMANDS):
+        assert f"\n  {name} " in out, name
 
 
 def test_nested_parser_error_is_reduced_to_key_and_reason() -> None:

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb", "torchrec", "fbgemm_gpu")
-BOTTOM = {"types", "schema", "metrics", "vocabulary", "_checks", "_io"}
+HEAVY = ("pytorch_lightning", "datasets", "faiss", "wandb", "torchrec", "fbgemm_gpu", "torchao")
+BOTTOM = {"types", "schema", "metrics", "vocabulary", "vocabularies", "_checks", "_config", "_io"}
 # room -> (rooms it may import besides itself and the bottom layer, heavy frameworks it may load)
 LAYERS: dict[str, tuple[set[str], set[str]]] = {
     **{name: (set(), set()) for name in BOTTOM},
@@ -24,7 +24,9 @@ LAYERS: dict[str, tuple[set[str], set[str]]] = {
     "models": ({"hardware"}, set()),
     "objectives": ({"models", "views", "hardware"}, set()),
     "evaluation": ({"models", "hardware"}, {"faiss"}),
-    "lightning": ({"models", "objectives", "views", "hardware", "evaluation", "distributed"},
+    "quantize": ({"models", "hardware", "evaluation"}, set()),
+    "lightning": ({"models", "objectives", "views", "hardware", "evaluation", "distributed",
+                   "quantize"},
                   {"pytorch_lightning", "faiss"}),
 }  # fmt: skip
 

@@ -3,7 +3,8 @@
 Data for split representations and evaluation comes from ``--data`` (a LightningDataModule:
 ``--data data.yaml``, ``--data '{"class_path": ..., "init_args": ...}'`` or
 ``--data.class_path ... --data.init_args.KEY VALUE``), else from the data module
-hyperparameters saved in the checkpoint by ``ssl-rec fit``.
+hyperparameters saved in the checkpoint by ``ssl-rec fit``; either way it is encoded with
+the checkpoint's vocabulary.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 from jsonargparse import CLI
-from pytorch_lightning.cli import instantiate_module
 
 from ssl_rec._io import atomic_write_json
+from ssl_rec.cli.datamodules import datamodule_from, split_loader
 from ssl_rec.data import SyntheticCTRDataModule
 from ssl_rec.evaluation import (
     EvalConfig,
@@ -28,42 +29,9 @@ from ssl_rec.evaluation import (
     evaluate_embeddings,
     export_embeddings,
 )
-from ssl_rec.lightning.checkpoint import load_module, read_checkpoint
+from ssl_rec.lightning.checkpoint import load_module
 
-DM_HPARAMS = "datamodule_hyper_parameters"
 log = logging.getLogger(__name__)
-
-
-def datamodule_from(
-    ckpt: str, data: pl.LightningDataModule | None, use_labels: bool | None = None
-) -> pl.LightningDataModule:
-    """Return ``data`` if given, else the data module rebuilt from the checkpoint.
-
-    ``use_labels`` overrides the recorded setting (a pretraining run read its training rows
-    without labels; probes need them).
-    """
-    if data is not None:
-        return data
-    hparams = read_checkpoint(ckpt).get(DM_HPARAMS) or {}
-    if "_class_path" not in hparams:
-        raise ValueError(
-            f"{ckpt}: checkpoint records no data module; pass --data (e.g. "
-            "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
-        )
-    hparams = dict(hparams)
-    if use_labels is not None and "use_labels" in hparams:
-        hparams["use_labels"] = use_labels
-    return instantiate_module(pl.LightningDataModule, hparams)
-
-
-def split_loader(datamodule: pl.LightningDataModule, split: str) -> Any:
-    """Return the data module's loader of ``split`` (``train``, ``val`` or ``test``)."""
-    loaders = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
-    if split not in loaders:
-        raise ValueError(f"split must be one of {sorted(loaders)}, got {split!r}")
-    datamodule.prepare_data()
-    datamodule.setup("fit" if split != "test" else "test")
-    return getattr(datamodule, loaders[split])()
 
 
 def export(
@@ -101,7 +69,7 @@ def export(
     config = IndexConfig(index, metric, precision, train_size, normalize)
     reps = None
     if split is not None:
-        loader = split_loader(datamodule_from(ckpt, data), split)
+        loader = split_loader(datamodule_from(ckpt, data, module), split)
         reps = {split: compute_representations(module, loader, max_rows, progress=True)}
     path = export_embeddings(
         module,
@@ -144,7 +112,7 @@ def evaluate(
     """
     module = load_module(ckpt)
     config = EvalConfig(train_rows, test_rows, knn_k, tuple(ks or (10, 50)), index, item_field)
-    datamodule = datamodule_from(ckpt, data, use_labels=True)
+    datamodule = datamodule_from(ckpt, data, module, use_labels=True)
     truth = None
     if isinstance(datamodule, SyntheticCTRDataModule):
         truth = datamodule.click_model().latent_truth

@@ -5,6 +5,7 @@ Examples:
     ssl-rec test --config configs/ctr/synthetic.yaml --ckpt_path best
     ssl-rec export --ckpt CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
     ssl-rec plan --config configs/dist/synthetic_int8_row_wise.yaml --world_size 8
+    ssl-rec quantize --ckpt CKPT --out DIR --budget-ne 0.001
 
 """
 
@@ -21,6 +22,7 @@ import pytorch_lightning as pl
 from ssl_rec.cli.environment import configure_environment
 from ssl_rec.cli.errors import guarded
 from ssl_rec.cli.lightning_cli import SSLRecCLI, trainer_defaults
+from ssl_rec.cli.run_dir import RunConfig
 
 
 def _export(argv: Sequence[str]) -> Any:
@@ -41,20 +43,45 @@ def _plan(argv: Sequence[str]) -> Any:
     return plan_main(argv)
 
 
+def _quantize(argv: Sequence[str]) -> Any:
+    from ssl_rec.cli.quantize_commands import quantize_main  # lazy: torchao only when needed
+
+    return quantize_main(argv)
+
+
+def _explain(argv: Sequence[str]) -> Any:
+    from ssl_rec.cli.quantize_commands import explain_main
+
+    return explain_main(argv)
+
+
+def _monitor(argv: Sequence[str]) -> Any:
+    from ssl_rec.cli.quantize_commands import monitor_main
+
+    return monitor_main(argv)
+
+
 # Subcommands beside LightningCLI's fit/validate/test/predict: name -> entry taking argv.
 EXTRA_COMMANDS: dict[str, Callable[[Sequence[str]], Any]] = {
     "export": _export,
     "evaluate-embeddings": _evaluate,
     "plan": _plan,
+    "quantize": _quantize,
+    "explain": _explain,
+    "monitor": _monitor,
 }
 # Every subcommand with its one-line description, for `ssl-rec --help`.
 SUBCOMMANDS = {
     "fit": "train a model from a config (pretraining or CTR)",
     "validate": "validation metrics of a checkpoint",
     "test": "test metrics of a checkpoint (writes metrics.json)",
-    "predict": "predictions of a checkpoint",
+    "predict": "predictions of a checkpoint or a quantized model (--ckpt_path DIR --out FILE)",
     "export": "export entity embeddings and representations with FAISS indexes",
     "evaluate-embeddings": "probe and measure a checkpoint's representations",
+    "plan": "plan how tables shard over N ranks (per-rank bytes, imbalance) for a config",
+    "quantize": "quantize a CTR model for serving within an NE budget",
+    "explain": "name the table or layer that spends a quantized model's NE budget",
+    "monitor": "compare a quantized model with its checkpoint on new data (exit 1 past budget)",
 }
 HELP = """usage: ssl-rec SUBCOMMAND [options]     (ssl-rec SUBCOMMAND --help for its options)
 
@@ -68,6 +95,7 @@ examples:
   ssl-rec test --config configs/ctr/synthetic.yaml \\
       --ckpt_path runs/ctr/synthetic/checkpoints/last.ckpt
   ssl-rec export --ckpt CKPT --out runs/export --fields '[C1,C2]'
+  ssl-rec quantize --ckpt CKPT --out runs/quantized --budget-ne 0.001
 
 --debug (or SSL_REC_DEBUG=1) shows the Python traceback of an error."""
 
@@ -91,7 +119,31 @@ def run(args: Sequence[str] | None = None) -> Any:
         return None
     if argv[0] in EXTRA_COMMANDS:
         return EXTRA_COMMANDS[argv[0]](argv[1:])
-    return _lightning_cli(argv, save_config_kwargs={"overwrite": True})
+    if argv[0] == "predict" and _predicts_quantized(argv[1:]):
+        from ssl_rec.cli.predict_quantized import predict_main
+
+        return predict_main(argv[1:])
+    if argv[0] == "predict":
+        argv = _predictions_out_alias(argv)
+    return _lightning_cli(argv, save_config_callback=RunConfig)
+
+
+def _predictions_out_alias(argv: list[str]) -> list[str]:
+    """``predict --out FILE`` (the quantized spelling) means ``--predictions.out FILE``."""
+    out = []
+    for arg in argv:
+        if arg == "--out":
+            arg = "--predictions.out"
+        elif arg.startswith("--out="):
+            arg = "--predictions.out=" + arg.split("=", 1)[1]
+        out.append(arg)
+    return out
+
+
+def _predicts_quantized(argv: Sequence[str]) -> bool:
+    from ssl_rec.cli.predict_quantized import quantized_checkpoint
+
+    return quantized_checkpoint(argv) is not None
 
 
 def _lightning_cli(argv: Sequence[str], **kwargs: Any) -> SSLRecCLI:

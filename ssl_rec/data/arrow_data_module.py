@@ -6,6 +6,10 @@ this class finds or builds the entry, opens the memory-mapped splits and hands o
 :class:`BatchLoader` s. ``schema`` is available right after ``__init__``: its first access
 builds or finds the cached entry, so LightningCLI can link ``data.schema`` to the model at
 instantiation.
+
+Data given to a trained model is encoded with the model's vocabularies:
+:meth:`ArrowDataModule.use_vocabulary` makes the entry depend on them (a separate cache
+entry) and the source encode with them instead of fitting its own.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ssl_rec.data.loader import BatchLoader
 from ssl_rec.data.storage import LABEL, cached_build, default_cache_dir, open_split
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
+from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies
 
 _SUBSET_STREAM = 7
 log = logging.getLogger(__name__)
@@ -64,6 +69,8 @@ class ArrowDataModule(pl.LightningDataModule):
         self.cache_dir = Path(os.path.expanduser(cache_dir)) if cache_dir else default_cache_dir()
         self._entry: tuple[Path, FeatureSchema] | None = None
         self._splits: dict[str, datasets.Dataset] = {}
+        self._given_vocabulary: Vocabularies | None = None
+        self._vocabulary: Vocabularies | None = None
 
     def _record_hparams(self, init_locals: dict[str, Any]) -> None:
         """Save the constructor arguments as plain values (checkpoints load weights-only).
@@ -101,7 +108,42 @@ class ArrowDataModule(pl.LightningDataModule):
             schema.metadata.setdefault("source", self.cache_kind)
             return schema
 
-        return cached_build(self.cache_dir, self.cache_kind, self.cache_inputs(), build)
+        inputs = self.cache_inputs()
+        if self._given_vocabulary is not None:
+            inputs = {**inputs, "vocabulary": self._given_vocabulary.fingerprints()}
+        return cached_build(self.cache_dir, self.cache_kind, inputs, build)
+
+    @property
+    def given_vocabulary(self) -> Vocabularies | None:
+        """The vocabularies set by :meth:`use_vocabulary` (sources encode with them) or ``None``."""
+        return self._given_vocabulary
+
+    def use_vocabulary(self, vocabulary: Vocabularies | None) -> None:
+        """Encode the data with a model's ``vocabulary`` instead of fitting one (``None``: fit).
+
+        Values it does not know get id 0 and are counted per split and field
+        (``schema.metadata["unseen_values"]``, and a log line); the schema's fields and
+        cardinalities become the vocabulary's. Splits already opened are reopened.
+        """
+        if vocabulary is not None and self._given_vocabulary is not None:
+            if not vocabulary.disagreeing(self._given_vocabulary):
+                return
+        self._given_vocabulary = vocabulary
+        self._entry, self._splits, self._vocabulary = None, {}, None
+
+    @property
+    def vocabulary(self) -> Vocabularies | None:
+        """The vocabularies the splits are encoded with (given, or fit by preprocessing).
+
+        ``None`` for an entry written without one (ids are then their own values).
+        """
+        if self._given_vocabulary is not None:
+            return self._given_vocabulary
+        if self._vocabulary is None:
+            path = self.data_dir / VOCABULARY_FILENAME
+            if path.is_file():
+                self._vocabulary = Vocabularies.load(path)
+        return self._vocabulary
 
     @property
     def schema(self) -> FeatureSchema:
@@ -182,6 +224,28 @@ class ArrowDataModule(pl.LightningDataModule):
         if isinstance(batch, Batch):
             return batch.to(device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def raw_columns(self, split: str, columns: list[str]) -> pa.Table:
+        """Input columns (raw values) of ``split``'s rows, in the order the loaders yield them.
+
+        Used to key predictions by the input's own ids. Raises ``ValueError`` when the
+        source has no raw rows (synthetic data) or bad rows were skipped (rows and input
+        lines no longer line up).
+        """
+        skipped = self.schema.metadata.get("splits", {}).get(split, {}).get("skipped_rows", 0)
+        if skipped:
+            raise ValueError(
+                f"{skipped} bad rows of the {split!r} split were skipped, so its rows no longer "
+                f"line up with the input's; fix them (on_bad_row='raise') to get columns {columns}"
+            )
+        return self.read_raw_columns(split, list(columns))
+
+    def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
+        """Source hook of :meth:`raw_columns`: sources reading files override it."""
+        raise ValueError(
+            f"{type(self).__name__} keeps no raw input columns (asked for {columns}); "
+            "write predictions without keys"
+        )
 
     def oracle_metrics(self, split: str) -> dict[str, float] | None:
         """``{"auc", "logloss", ...}`` of the true click probabilities, or ``None``."""

@@ -3,6 +3,11 @@
 Rows are read in contiguous blocks (zero-copy views of the memory-mapped columns, one
 copy into memory per block); with shuffling, blocks come in a random order and rows are
 permuted within each block, so a batch is one contiguous slice of the permuted block.
+
+Resuming follows Lightning's conventions: the shuffle order is a ``sampler`` whose
+``set_epoch`` Lightning calls at every epoch start, and ``state_dict`` / ``load_state_dict``
+carry the position inside an epoch, so a run resumed from a mid-epoch checkpoint sees the
+batches an uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -96,11 +101,42 @@ class BatchLoader:
         self.drop_last, self.with_labels = drop_last, with_labels
         self.row_ids = row_ids
         self.block_rows = max(batch_size, -(-block_rows // batch_size) * batch_size)
-        self.epoch = 0
+        self.sampler = EpochShuffle(seed)
+        self.batch_sampler = None  # Lightning reads it beside ``sampler``
+        self._position = (0, 0)  # (epoch, batches yielded) of the current iteration
+        self._skip: tuple[int, int] | None = None
+
+    @property
+    def epoch(self) -> int:
+        """Epoch whose shuffle the next iteration uses."""
+        return self.sampler.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Use the shuffle of ``epoch`` for the next iteration."""
-        self.epoch = epoch
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """Epoch and batches yielded of the current iteration (Lightning saves it mid-epoch)."""
+        epoch, batches = self._position
+        return {"epoch": epoch, "batches": batches, "seed": self.seed,
+                "rows": self.num_rows, "batch_size": self.batch_size}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue epoch ``state["epoch"]`` after its first ``state["batches"]`` batches.
+
+        Raises:
+            ValueError: the state was saved by a loader over other rows, batch size or seed.
+
+        """
+        mine = {"seed": self.seed, "rows": self.num_rows, "batch_size": self.batch_size}
+        theirs = {k: state.get(k) for k in mine}
+        if theirs != mine:
+            raise ValueError(
+                f"the checkpoint's loader position is for {theirs}, this loader has {mine}; "
+                "resume with the data, batch size and seed of the interrupted run"
+            )
+        self.sampler.set_epoch(int(state["epoch"]))
+        self._skip = (int(state["epoch"]), int(state["batches"]))
 
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -119,14 +155,21 @@ class BatchLoader:
         block["row_id"] = ids if self.row_ids is None else self.row_ids[ids]
         return block
 
-    def _blocks(self, rng: np.random.Generator | None) -> Iterator[dict[str, np.ndarray]]:
+    def _blocks(
+        self, rng: np.random.Generator | None, skip_blocks: int = 0
+    ) -> Iterator[dict[str, np.ndarray]]:
         starts = np.arange(0, self.num_rows, self.block_rows)
         if rng is not None:
             # The short last block stays last, so only the final batch can be partial.
             full = starts[starts + self.block_rows <= self.num_rows]
             starts = np.concatenate([rng.permutation(full), starts[len(full) :]])
-        for s in starts:
-            block = self._read_block(int(s), min(int(s) + self.block_rows, self.num_rows))
+        for i, s in enumerate(starts):
+            stop = min(int(s) + self.block_rows, self.num_rows)
+            if i < skip_blocks:
+                if rng is not None:
+                    rng.permutation(stop - int(s))  # keep the random stream in step
+                continue
+            block = self._read_block(int(s), stop)
             if rng is None:
                 # Copy out of the read-only memory map; torch tensors must own writable memory.
                 yield {k: np.array(v) for k, v in block.items()}
@@ -136,13 +179,24 @@ class BatchLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch of batches; each iteration advances the epoch counter."""
-        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
-        self.epoch += 1
-        for block in self._blocks(rng):
+        epoch = self.sampler.epoch
+        self.sampler.set_epoch(epoch + 1)
+        skip = self._skip[1] if self._skip is not None and self._skip[0] == epoch else 0
+        self._skip = None
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
+        per_block = self.block_rows // self.batch_size
+        done = skip - skip % per_block
+        self._position = (epoch, done)
+        for block in self._blocks(rng, skip // per_block):
             n = block["sparse"].shape[0]
             for s in range(0, n, self.batch_size):
                 if self.drop_last and s + self.batch_size > n:
                     break
+                if done < skip:
+                    done += 1
+                    continue
+                done += 1
+                self._position = (epoch, done)
                 yield self._to_batch({k: v[s : s + self.batch_size] for k, v in block.items()})
 
     @staticmethod
@@ -154,3 +208,19 @@ class BatchLoader:
             label=None if label is None else torch.from_numpy(np.ascontiguousarray(label)),
             row_id=torch.from_numpy(np.ascontiguousarray(piece["row_id"])),
         )
+
+
+class EpochShuffle:
+    """The shuffle order of a :class:`BatchLoader`: its seed and the epoch to shuffle for.
+
+    Exposed as ``loader.sampler`` so Lightning's fit loop calls :meth:`set_epoch` at every
+    epoch start (also after resuming), as it does for a ``DistributedSampler``.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle the next iteration with ``(seed, epoch)``."""
+        self.epoch = int(epoch)

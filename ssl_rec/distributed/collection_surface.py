@@ -38,6 +38,9 @@ class CollectionSurface:
         self.seed = module.group.seed
         self._limits = torch.tensor(self.cardinalities, dtype=torch.int64)
 
+    def prefetch_next(self, ids: torch.Tensor | None, background: bool = True) -> None:
+        """No admission ahead on sharded tables: the next batch's ids are routed at its step."""
+
     @property
     def num_tables(self) -> int:
         """Number of tables F."""

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware.kernels.dispatch import get_kernels
+from ssl_rec.hardware.kernels.layout import Plan
 from ssl_rec.hardware.table import EmbeddingTable
 from ssl_rec.hardware.table_group import TableGroup
 
@@ -86,20 +87,21 @@ class LocalShards(nn.Module):
     @torch.no_grad()
     def admit_and_lookup(
         self, whole_ids: torch.Tensor, piece_ids: list[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[Plan]]:
         """Admit the ids into the caches and look them up (one training forward step).
 
         Returns:
-            The values (see the class's Shape) and each kernel call's int32 cache slots.
+            The values (see the class's Shape) and each kernel call's admission plan.
 
         """
         step, kernels = self._next_step(), get_kernels()
-        outs, slots = [], []
+        outs, plans = [], []
         for idx, ids in self._calls(whole_ids, piece_ids):
-            out, slot = kernels.train_forward(self.group.tensors(idx), ids, self.seed, step)
-            outs.append(out)
-            slots.append(slot)
-        return self._join(outs), slots
+            tensors = self.group.tensors(idx)
+            plan = kernels.admit(tensors, ids, self.seed, step)
+            outs.append(kernels.gather(tensors, plan))
+            plans.append(plan)
+        return self._join(outs), plans
 
     @torch.no_grad()
     def apply_update(
@@ -107,15 +109,15 @@ class LocalShards(nn.Module):
         whole_ids: torch.Tensor,
         piece_ids: list[torch.Tensor],
         grad: torch.Tensor,
-        slots: list[torch.Tensor],
+        plans: list[Plan],
     ) -> None:
         """Fused optimizer step for ``grad`` (laid out as the lookup's output)."""
         step, kernels, start = self._next_step(), get_kernels(), 0
-        for (idx, ids), slot in zip(self._calls(whole_ids, piece_ids), slots, strict=True):
+        for (idx, ids), plan in zip(self._calls(whole_ids, piece_ids), plans, strict=True):
             n = ids.numel()
             part = grad[start : start + n].reshape(ids.shape[0], ids.shape[1], self.dim)
-            kernels.update(self.group.tensors(idx), ids, part.float().contiguous(), self.seed,
-                           step, slot)  # fmt: skip
+            kernels.update(self.group.tensors(idx), plan, part.float().contiguous(), self.seed,
+                           step)  # fmt: skip
             start += n
 
 

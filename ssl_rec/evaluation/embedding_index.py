@@ -12,6 +12,7 @@ import numpy as np
 from ssl_rec.evaluation.faiss_index import METRICS, set_search_params
 from ssl_rec.evaluation.manifest import Manifest, VectorSet
 from ssl_rec.evaluation.vector_store import decode_vectors
+from ssl_rec.vocabularies import Vocabularies
 
 
 @dataclass
@@ -53,6 +54,7 @@ class EmbeddingIndex:
         self.directory = directory
         self.manifest = manifest
         self._sets = sets
+        self._vocabulary: Vocabularies | None = None
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> EmbeddingIndex:
@@ -71,6 +73,13 @@ class EmbeddingIndex:
     def metric(self) -> str:
         """``ip`` or ``l2``."""
         return self.manifest.metric
+
+    @property
+    def vocabulary(self) -> Vocabularies | None:
+        """The model's vocabularies (raw value -> id per field), or ``None`` if not exported."""
+        if self._vocabulary is None and self.manifest.vocabulary:
+            self._vocabulary = Vocabularies.load(self.directory / self.manifest.vocabulary)
+        return self._vocabulary
 
     def vectors(self, name: str) -> np.ndarray:
         """All stored vectors of set ``name``, decoded: ``float32[n, d]``."""

@@ -19,7 +19,7 @@ from torch import nn
 
 from ssl_rec._checks import check_at_least
 from ssl_rec.evaluation.export import entity_vectors
-from ssl_rec.evaluation.faiss_index import METRICS, build_index, resolve_factory
+from ssl_rec.evaluation.faiss_index import METRICS, build_index_or_exact, resolve_factory
 from ssl_rec.evaluation.knn_probe import knn_probe
 from ssl_rec.evaluation.latent_agreement import frequent_ids, latent_neighbor_recall
 from ssl_rec.evaluation.linear_probe import linear_probe
@@ -141,8 +141,10 @@ def retrieval(backbone: nn.Module, batches: Iterable[Batch], config: EvalConfig)
     exact = faiss.IndexFlat(items.shape[1], METRICS["ip"])
     exact.add(items)
     _, exact_ids = exact.search(q, kmax)
-    factory = resolve_factory(config.index, len(items), items.shape[1])
-    _, approx_ids = build_index(items, factory, "ip").search(q, kmax)
+    index, factory, _ = build_index_or_exact(
+        items, resolve_factory(config.index, len(items), items.shape[1]), "ip"
+    )
+    _, approx_ids = index.search(q, kmax)
     out: dict[str, Any] = {"item_field": field, "queries": len(q), "index": factory}
     for k in (k for k in config.ks if k <= kmax):
         out[f"recall@{k}"] = recall_at_k(exact_ids, pos, k)

@@ -3,15 +3,22 @@
 Layout of an export directory (every name is listed in ``manifest.json``)::
 
     manifest.json                 format version, schema, metric, precision, sets
+    vocabulary.arrow              the model's vocabularies (raw value -> id per field)
     <set>.vectors.npy             float32|float16|uint8[n, d]
     <set>.quantizer.npy           float32[2 d] (int8 only)
     <set>.keys.npy                raw values (str[n], entity sets) or row ids (int64[n])
+    <set>.ids.npy                 int64[n] vocabulary id of each entity (entity sets)
     <set>.labels.npy              float32[n] (representation sets with labels)
     <set>.faiss                   the FAISS index; FAISS id i = row i of the .npy files
+
+Entity sets leave out the reserved id 0 (missing, rare and unseen values share it, so it
+is no entity) and hash buckets no value fell into; the set's ``index.excluded_ids`` says
+how many were left out.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ssl_rec._io import atomic_directory, atomic_write_json
 from ssl_rec.evaluation.faiss_index import (
-    build_index,
+    build_index_or_exact,
     check_metric,
     check_precision,
     default_search_params,
@@ -34,10 +41,13 @@ from ssl_rec.evaluation.faiss_index import (
 from ssl_rec.evaluation.manifest import MANIFEST_FILENAME, Manifest, VectorSet, file_sha256
 from ssl_rec.evaluation.representations import RepresentationSet, backbone_of
 from ssl_rec.evaluation.vector_store import encode_vectors
-from ssl_rec.schema import FeatureSchema
-from ssl_rec.vocabulary import load_vocabulary
+from ssl_rec.schema import MISSING_ID, FeatureSchema
+from ssl_rec.types import BackboneProtocol
+from ssl_rec.vocabularies import VOCABULARY_FILENAME
+from ssl_rec.vocabulary import UNUSED_VALUE, load_vocabulary
 
 ROW_CHUNK = 65_536
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,11 +97,24 @@ def entity_vectors(
     return np.concatenate(chunks)
 
 
-def entity_values(schema: FeatureSchema, field: str) -> np.ndarray:
-    """Raw value of each id of ``field`` (``str[card]``): the vocabulary, else the id itself."""
-    if schema.metadata.get("vocab_dir"):
+def entity_values(backbone: BackboneProtocol, schema: FeatureSchema, field: str) -> np.ndarray:
+    """Raw value of each id of ``field`` (``str[card]``; id 0 = ``"<missing>"``).
+
+    From the model's vocabulary; a model without one falls back to the preprocessed data's
+    vocabulary files when they still exist, else to the ids themselves.
+    """
+    if backbone.vocabulary is not None:
+        return np.asarray(backbone.vocabulary.id_values(field).to_pylist(), dtype=str)
+    vocab_dir = schema.metadata.get("vocab_dir")
+    if vocab_dir and Path(vocab_dir, f"{field}.arrow").is_file():
         return np.asarray(load_vocabulary(schema, field), dtype=str)
     return np.arange(schema.field(field).cardinality).astype(str)
+
+
+def entity_ids(values: np.ndarray) -> np.ndarray:
+    """``int64[n]`` ids worth indexing: not the reserved id 0, not an unused hash bucket."""
+    ids = np.arange(len(values), dtype=np.int64)
+    return ids[(ids != MISSING_ID) & (values != UNUSED_VALUE)]
 
 
 def export_embeddings(
@@ -131,7 +154,8 @@ def export_embeddings(
 
     """
     config = config or IndexConfig()
-    schema = schema if schema is not None else backbone_of(model).schema
+    backbone = backbone_of(model)
+    schema = schema if schema is not None else backbone.schema
     fields = schema.field_names if fields is None else list(fields)
     for name in fields:
         schema.field(name)
@@ -143,16 +167,7 @@ def export_embeddings(
     with atomic_directory(out, overwrite=overwrite) as tmp:
         sets: dict[str, VectorSet] = {}
         for name in fields:
-            vectors = entity_vectors(model, name, schema.field(name).cardinality, progress)
-            sets[name] = _write_set(
-                tmp,
-                VectorSet(name, "entity", 0, 0, {}, {}, field=name),
-                vectors,
-                entity_values(schema, name),
-                None,
-                config,
-                progress,
-            )
+            sets[name] = _write_entities(tmp, model, backbone, schema, name, config, progress)
         for split, reps in (representations or {}).items():
             name = f"split_{split}"
             sets[name] = _write_set(
@@ -164,11 +179,34 @@ def export_embeddings(
                 config,
                 progress,
             )
-        manifest = Manifest(
-            schema.to_dict(), config.metric, config.precision, config.normalize, sets, source
-        )
+        vocabulary = None
+        if backbone.vocabulary is not None:
+            vocabulary = backbone.vocabulary.save(tmp / VOCABULARY_FILENAME).name
+        manifest = Manifest(schema.to_dict(), config.metric, config.precision, config.normalize,
+                            sets, source, vocabulary=vocabulary)  # fmt: skip
         atomic_write_json(tmp / MANIFEST_FILENAME, manifest.to_dict())
     return Path(out)
+
+
+def _write_entities(
+    tmp: Path,
+    model: nn.Module,
+    backbone: BackboneProtocol,
+    schema: FeatureSchema,
+    name: str,
+    config: IndexConfig,
+    progress: bool,
+) -> VectorSet:
+    values = entity_values(backbone, schema, name)
+    ids = entity_ids(values)
+    if len(ids) == 0:
+        raise ValueError(f"field {name!r} has no entity besides the reserved id 0 to export")
+    vectors = entity_vectors(model, name, len(values), progress)[ids]
+    stub = VectorSet(name, "entity", 0, 0, {"ids": f"{name}.ids.npy"}, {}, field=name)
+    np.save(tmp / stub.files["ids"], ids)
+    written = _write_set(tmp, stub, vectors, values[ids], None, config, progress)
+    written.index["excluded_ids"] = {"missing": 1, "unused": len(values) - len(ids) - 1}
+    return written
 
 
 def _write_set(
@@ -186,6 +224,7 @@ def _write_set(
     n, dim = vectors.shape
     codes, quantizer = encode_vectors(vectors, config.precision)
     files = {
+        **stub.files,
         "vectors": f"{stub.name}.vectors.npy",
         "keys": f"{stub.name}.keys.npy",
         "index": f"{stub.name}.faiss",
@@ -201,12 +240,18 @@ def _write_set(
     factory = resolve_factory(config.index, n, dim, config.precision)
     if progress:
         tqdm.write(f"indexing {stub.name}: {n} x {dim} with {factory!r}")
-    index = build_index(vectors, factory, config.metric, config.train_size, config.seed)
+    index, built, note = build_index_or_exact(
+        vectors, factory, config.metric, config.train_size, config.seed, config.precision
+    )
+    if note:
+        log.warning("set %s: %s", stub.name, note)
     faiss.write_index(index, str(tmp / files["index"]))
     info = {
         "requested": config.index,
-        "factory": factory,
+        "factory": built,
         "train_size": config.train_size,
         "search_params": default_search_params(index),
     }
+    if note:
+        info["fallback"] = note
     return VectorSet(stub.name, stub.kind, n, dim, files, info, stub.field, stub.split)

@@ -23,6 +23,11 @@ from typing import Literal
 import faiss
 import numpy as np
 
+
+class IndexTrainingError(ValueError):
+    """An index could not be trained on the vectors given (too few for its lists or codes)."""
+
+
 Metric = Literal["ip", "l2"]
 Precision = Literal["fp32", "fp16", "int8"]
 METRICS: dict[str, int] = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
@@ -149,13 +154,40 @@ def build_index(
         try:
             index.train(sample)
         except RuntimeError as e:
-            raise ValueError(
+            raise IndexTrainingError(
                 f"could not train index {factory!r} on {len(sample)} vectors "
                 f"(too few for its lists or codebooks?): {str(e).splitlines()[-1]}"
             ) from e
     index.add(vectors)
     set_search_params(index, default_search_params(index))
     return index
+
+
+def build_index_or_exact(
+    vectors: np.ndarray,
+    factory: str,
+    metric: str = "ip",
+    train_size: int | None = 100_000,
+    seed: int = 0,
+    precision: str = "fp32",
+) -> tuple[faiss.Index, str, str | None]:
+    """:func:`build_index`, falling back to exact search when ``factory`` cannot be trained.
+
+    A small set (a field with a handful of ids) cannot train ``IVF64,PQ8``: its lists and
+    codebooks need more vectors than there are. Exact search is then both possible and
+    fast, so it is used instead, and the returned note says why (exports record it).
+
+    Returns:
+        ``(index, factory actually built, note or None)``.
+
+    """
+    try:
+        return build_index(vectors, factory, metric, train_size, seed), factory, None
+    except IndexTrainingError:
+        exact = resolve_factory("Flat", len(vectors), vectors.shape[1], precision)
+        note = (f"{factory!r} needs more training vectors than the {len(vectors)} of this set; "
+                f"built the exact {exact!r} instead")  # fmt: skip
+        return build_index(vectors, exact, metric, train_size, seed), exact, note
 
 
 def default_search_params(index: faiss.Index) -> dict[str, int]:

@@ -60,6 +60,8 @@ class Manifest:
         normalized: whether vectors were L2-normalised before storage (cosine for ``ip``).
         sets: the exported :class:`VectorSet` s by name.
         source_checkpoint: ``{"path", "sha256"}`` of the checkpoint, or ``None``.
+        vocabulary: file holding the model's vocabularies (``vocabulary.arrow``), or ``None``
+            for a model without one.
         format_version: :data:`FORMAT_VERSION` of the writer.
 
     """
@@ -70,6 +72,7 @@ class Manifest:
     normalized: bool
     sets: dict[str, VectorSet]
     source_checkpoint: dict[str, str] | None = None
+    vocabulary: str | None = None
     format_version: int = FORMAT_VERSION
     format: str = field(default=FORMAT_NAME)
 
@@ -103,6 +106,7 @@ class Manifest:
                 normalized=bool(data["normalized"]),
                 sets=sets,
                 source_checkpoint=data.get("source_checkpoint"),
+                vocabulary=data.get("vocabulary"),
             )
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from e

@@ -131,6 +131,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
 
     def load_float(self, table: int, weight: torch.Tensor) -> None:
         """Quantize float32[R, D] ``weight`` into table ``table`` (any source precision)."""
+        self.group.wait()
         self.group.tables[table].load_float(weight)
 
     @torch.no_grad()
@@ -192,6 +193,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
 
     def reset_optimizer_state(self) -> None:
         """Zero every table's row-wise Adagrad accumulator."""
+        self.group.wait()
         for table in self.group.tables:
             table.momentum.zero_()
 
@@ -225,6 +227,18 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
     def cache_stats(self) -> dict[str, float]:
         """``hit_rate``, ``hits``, ``misses``, ``evictions``, ... aggregated and per table."""
         return self.group.cache_stats()
+
+    def prefetch_next(self, ids: torch.Tensor | None, background: bool = True) -> None:
+        """Admit the next batch's ``ids`` int64[B, F] right after the next training forward.
+
+        The admission runs on a helper thread when ``background``, beside the dense layers;
+        results are identical either way (see ``TableGroup.schedule_prefetch``). ``None``
+        cancels; eval mode and frozen tables ignore it.
+        """
+        if ids is not None and (ids.dim() != 2 or ids.shape[1] != self.num_tables):
+            raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {self.num_tables}]")
+        if self.training and not self.frozen:
+            self.group.schedule_prefetch(ids, background)
 
     @staticmethod
     def estimate_memory(

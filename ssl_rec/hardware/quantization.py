@@ -26,7 +26,8 @@ __all__ = ["dequantize_rows", "quantize_rows"]
 def _scale_bias(packed: torch.Tensor, p: Precision, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     nb = p.data_bytes(dim)
     qtype = torch.float32 if p.bits == 8 else torch.float16
-    sb = packed[:, nb : nb + p.qparam_bytes].contiguous().view(qtype).to(torch.float32)
+    raw = packed[:, nb : nb + p.qparam_bytes].clone(memory_format=torch.contiguous_format)
+    sb = raw.view(qtype).to(torch.float32)
     return sb[:, 0], sb[:, 1]
 
 
@@ -62,7 +63,9 @@ def dequantize_rows(stored: torch.Tensor, precision: Precision | str, dim: int) 
 
 
 def _scale_bias_for(x: torch.Tensor, p: Precision) -> tuple[torch.Tensor, torch.Tensor]:
-    lo, hi = x.min(dim=1).values, x.max(dim=1).values
+    # + 0.0 turns a -0.0 extreme into +0.0: the stored bias and scale never depend on which
+    # zero a reduction met first.
+    lo, hi = x.min(dim=1).values + 0.0, x.max(dim=1).values + 0.0
     # A tensor divisor, not a Python scalar: torch turns division by a scalar into
     # multiplication by its reciprocal, which the compiled kernels do not do.
     levels = torch.full_like(lo, float(p.levels))

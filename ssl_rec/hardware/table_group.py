@@ -2,12 +2,14 @@
 
 As in FBGEMM's table-batched embeddings (TBE):
 
-A training forward runs ``train_forward`` (cache admission with eviction write-back, and
-lookup + dequantize, in one pass) over all tables in one call. The autograd Function takes a
-0-element placeholder that requires grad, as FBGEMM does, so autograd calls its backward;
-backward runs ``update`` (per-row gradient aggregation, optimizer step, FP32 cache write or
-stochastically rounded store write) and returns no gradient: no dense gradient of a table
-is ever materialised.
+A training forward runs ``admit`` (each table's ids deduplicated once, the unique rows
+looked up in the cache, misses admitted with eviction write-back) and ``gather`` (each
+sample's value) over all tables in one call each. The autograd Function takes a 0-element
+placeholder that requires grad, as FBGEMM does, so autograd calls its backward; backward
+runs ``update`` on the forward's plan (per-row gradient sum, optimizer step, FP32 cache write
+or stochastically rounded store write) and returns no gradient: no dense gradient of a
+table is ever materialised. ``prefetch`` admits the next batch ahead, on a helper thread,
+while the current batch's dense layers run (see ``prefetch.py``).
 """
 
 from __future__ import annotations
@@ -17,28 +19,30 @@ import dataclasses
 import torch
 from torch import nn
 
-from ssl_rec.hardware.kernels.dispatch import get_kernels
-from ssl_rec.hardware.kernels.layout import TableTensors
+from ssl_rec.hardware.kernels.dispatch import get_kernels, require_training_kernels
+from ssl_rec.hardware.kernels.layout import Plan, TableTensors
 from ssl_rec.hardware.memory import summarize
+from ssl_rec.hardware.precision import Precision
+from ssl_rec.hardware.prefetch import AdmissionQueue
 from ssl_rec.hardware.table import EmbeddingTable
 
 __all__ = ["TableGroup"]
 
 
+def _wait_hook(module: TableGroup, *args: object) -> None:
+    module.wait()
+
+
 class _FusedLookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, placeholder, ids, group, update):  # noqa: D102
-        ctx.group, ctx.update = group, update
-        out, slots = group.admit_and_lookup(ids)
-        ctx.save_for_backward(ids, slots)
-        return out
+    def forward(ctx, placeholder, group, plan):  # noqa: D102
+        ctx.group, ctx.plan = group, plan
+        return group.gather(plan)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        if ctx.update:
-            ids, slots = ctx.saved_tensors
-            ctx.group.apply_update(ids, grad, slots)
-        return None, None, None, None
+        ctx.group.apply_update(ctx.plan, grad)
+        return None, None, None
 
 
 class TableGroup(nn.Module):
@@ -72,6 +76,12 @@ class TableGroup(nn.Module):
         hp = [[t.spec.learning_rate, t.spec.eps] for t in tables]
         self._hparams = torch.tensor(hp, dtype=torch.float32)
         self._limits = torch.tensor([t.num_rows for t in tables], dtype=torch.int64)
+        self._low_precision = any(t.spec.precision is not Precision.fp32 for t in tables)
+        self.queue = AdmissionQueue()
+        self._scheduled: tuple[torch.Tensor, bool] | None = None
+        # Saving or loading waits for an admission in flight (it writes these buffers).
+        self.register_state_dict_pre_hook(_wait_hook)
+        self._register_load_state_dict_pre_hook(_wait_hook, with_module=True)
 
     def tensors(self, tables: list[int] | None = None) -> TableTensors:
         """The kernels' view of (a subset of) the tables."""
@@ -97,6 +107,8 @@ class TableGroup(nn.Module):
 
         """
         limits = self._limits if limits is None else limits
+        if ids.dim() != 2 or ids.shape[1] != limits.shape[0]:
+            raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {limits.shape[0]}]")
         bad = (ids < 0) | (ids >= limits)
         if bool(bad.any()):
             b, f = (int(v) for v in bad.nonzero()[0])
@@ -110,30 +122,78 @@ class TableGroup(nn.Module):
         self.step += 1
         return step
 
+    def wait(self) -> None:
+        """Wait for an admission running ahead on the helper thread (see :meth:`prefetch`)."""
+        self.queue.wait()
+
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Current values (cache if cached, else store): float32[B, T, D], no side effects."""
+        self.wait()
         return get_kernels().forward(self.tensors(), ids)
 
-    def admit_and_lookup(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Admit ids int64[B, T] into the caches and look them up in one fused pass.
+    def _training_kernels(self):
+        if self._low_precision:
+            return require_training_kernels("low-precision embedding tables")
+        return get_kernels()
 
-        Returns:
-            float32[B, T, D] values and int32[B, T] cache slots (hints for ``apply_update``).
+    def admit(self, ids: torch.Tensor, parallel: bool = True) -> Plan:
+        """Admit ids int64[B, T] into the caches now: the :class:`Plan` of the batch.
 
+        Rows of plans still waiting for their backward stay cached (locked).
         """
-        return get_kernels().train_forward(self.tensors(), ids, self.seed, self._next_step())
+        self.wait()
+        kernels = self._training_kernels()
+        step = self._next_step()
+        plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
+        self.queue.add_pending(plan)
+        return plan
 
-    def apply_update(
-        self, ids: torch.Tensor, grad: torch.Tensor, slots: torch.Tensor | None = None
-    ) -> None:
-        """Fused optimizer step for gradient float32[B, T, D] of the output for ids[B, T].
+    def prefetch(self, ids: torch.Tensor, background: bool = True) -> None:
+        """Admit ids int64[B, T] now, ahead of their training forward.
 
-        ``slots`` are the int32[B, T] hints of ``admit_and_lookup`` (results never depend
-        on them).
+        The forward that receives exactly these ids then only gathers. With ``background``
+        the admission runs on a helper thread beside the caller; anything else that uses the
+        tables waits for it first (a gather of a pending plan runs beside it: that plan's
+        rows are locked), so results equal ``background=False``.
         """
-        get_kernels().update(
-            self.tensors(), ids, grad.float().contiguous(), self.seed, self._next_step(), slots
-        )
+        ids = self._prefetch_ids(ids)
+        self.wait()
+        kernels = self._training_kernels()
+        step, tensors, locks = self._next_step(), self.tensors(), list(self.queue.pending)
+
+        def admit() -> Plan:
+            return kernels.admit(tensors, ids, self.seed, step, locks, not background)
+
+        self.queue.start(ids, admit, background)
+
+    def schedule_prefetch(self, ids: torch.Tensor | None, background: bool = True) -> None:
+        """Prefetch ids int64[B, T] right after the next training forward's own admission.
+
+        The way a training loop overlaps the next batch's admission with the current
+        batch's dense layers: call it before the current forward with the next batch's ids
+        (``None`` cancels). See :meth:`prefetch`.
+        """
+        self._scheduled = None if ids is None else (self._prefetch_ids(ids), background)
+
+    def _prefetch_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        ids = ids.to(torch.int64).contiguous().clone()
+        self.check_ids(ids)
+        return ids
+
+    def gather(self, plan: Plan) -> torch.Tensor:
+        """Values of a pending (admitted, not yet updated) plan: float32[B, T, D].
+
+        Runs beside an admission in flight: it reads only the plan's locked slots and store
+        rows no admission writes.
+        """
+        return get_kernels().gather(self.tensors(), plan)
+
+    def apply_update(self, plan: Plan, grad: torch.Tensor) -> None:
+        """Fused optimizer step for gradient float32[B, T, D] of the output of ``plan``."""
+        self.wait()
+        self.queue.done(plan)
+        grad = grad.to(torch.float32).contiguous()
+        get_kernels().update(self.tensors(), plan, grad, self.seed, self._next_step())
 
     def forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:
         """Look up one id per (sample, table).
@@ -151,13 +211,20 @@ class TableGroup(nn.Module):
         if not (train and torch.is_grad_enabled()):
             with torch.no_grad():
                 return self.lookup(ids)
+        plan = self.queue.take(ids)
+        if plan is None:
+            plan = self.admit(ids)
+        if self._scheduled is not None:
+            (next_ids, background), self._scheduled = self._scheduled, None
+            self.prefetch(next_ids, background)
         placeholder = torch.empty(0, requires_grad=True)
-        return _FusedLookup.apply(placeholder, ids, self, True)
+        return _FusedLookup.apply(placeholder, self, plan)
 
     def set_learning_rate(self, learning_rate: float) -> None:
         """Step every table's fused optimizer with ``learning_rate`` from now on (> 0)."""
         if not learning_rate > 0:
             raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
+        self.wait()
         for t in self.tables:
             t.spec = dataclasses.replace(t.spec, learning_rate=float(learning_rate))
         self._hparams[:, 0] = float(learning_rate)
@@ -169,6 +236,7 @@ class TableGroup(nn.Module):
             raise IndexError(f"table {table} out of range [0, {len(self.tables)})")
         ids = ids.to(torch.int64).reshape(-1, 1).contiguous()
         self.check_ids(ids, self._limits[table : table + 1])
+        self.wait()
         return get_kernels().forward(self.tensors([table]), ids)[:, 0, :]
 
     def memory_report(self) -> dict:
@@ -176,7 +244,12 @@ class TableGroup(nn.Module):
         return summarize([t.memory() for t in self.tables])
 
     def cache_stats(self) -> dict[str, float]:
-        """Aggregated (``hit_rate``, ``evictions``, ...) and per-table (``table{i}/...``) stats."""
+        """Aggregated (``hit_rate``, ``evictions``, ...) and per-table (``table{i}/...``) stats.
+
+        Hits and misses count lookups (samples); ``prefetch_used`` / ``prefetch_discarded``
+        count admissions run ahead that a forward used or not.
+        """
+        self.wait()
         per = [t.cache_stats() for t in self.tables]
         out: dict[str, float] = {}
         for key in ("hits", "misses", "evictions", "store_writes", "writeback_bytes"):
@@ -184,6 +257,8 @@ class TableGroup(nn.Module):
         out["capacity_rows"] = sum(p["capacity_rows"] for p in per)
         lookups = out["hits"] + out["misses"]
         out["hit_rate"] = out["hits"] / lookups if lookups else 0.0
+        out["prefetch_used"] = float(self.queue.used)
+        out["prefetch_discarded"] = float(self.queue.discarded)
         for i, p in enumerate(per):
             out.update({f"table{i}/{k}": v for k, v in p.items()})
         return out

@@ -5,11 +5,13 @@ from ssl_rec.lightning.checkpoint import (
     load_backbone_weights,
     load_module,
     read_checkpoint,
+    read_vocabulary,
     schema_of,
 )
 from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
 from ssl_rec.lightning.pretrain_module import PretrainModule
+from ssl_rec.lightning.quantization_monitor import QuantizationMonitor
 from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
 
 __all__ = [
@@ -17,10 +19,12 @@ __all__ = [
     "KNNProbeCallback",
     "MetricsJSON",
     "PretrainModule",
+    "QuantizationMonitor",
     "ShardedTablesStrategy",
     "load_backbone_weights",
     "load_module",
     "read_checkpoint",
+    "read_vocabulary",
     "refuse_unsharded_tables",
     "schema_of",
 ]

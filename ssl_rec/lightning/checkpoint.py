@@ -1,4 +1,4 @@
-"""Reading ssl-rec checkpoints: backbone weights for fine-tuning and whole modules."""
+"""Reading ssl-rec checkpoints: backbone weights for fine-tuning, vocabularies and whole modules."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
 
 from ssl_rec.distributed.checkpoint import is_distributed_checkpoint, read_distributed_checkpoint
+from ssl_rec.evaluation.manifest import file_sha256
+from ssl_rec.lightning.artifact import SCHEMA_KEY, VOCABULARY_KEY
 from ssl_rec.models.backbone import Backbone
+from ssl_rec.schema import FeatureSchema
+from ssl_rec.vocabularies import Vocabularies
 
 BACKBONE_PREFIX = "backbone."
 
@@ -36,25 +39,84 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict:
         raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
 
 
-def load_backbone_weights(backbone: Backbone, path: str | os.PathLike[str]) -> None:
-    """Load the ``backbone.*`` entries of checkpoint ``path`` (tables at any precision).
+def read_vocabulary(path: str | os.PathLike[str]) -> Vocabularies | None:
+    """The vocabularies saved in checkpoint ``path``, or ``None`` if it has none.
 
-    See :meth:`ssl_rec.models.Backbone.load_weights`; raises ``ValueError`` naming the
-    checkpoint when the backbone differs (schema, dims, encoder).
+    Example:
+        >>> datamodule.use_vocabulary(read_vocabulary("pre.ckpt"))  # doctest: +SKIP
+
     """
-    state = read_checkpoint(path).get("state_dict", {})
+    return vocabulary_of(read_checkpoint(path), str(path))
+
+
+def vocabulary_of(checkpoint: Mapping[str, Any], where: str = "checkpoint") -> Vocabularies | None:
+    """The vocabularies stored in a loaded checkpoint dict, or ``None``."""
+    state = checkpoint.get(VOCABULARY_KEY)
+    return None if state is None else Vocabularies.from_state(state, where)
+
+
+def load_backbone_weights(
+    backbone: Backbone, path: str | os.PathLike[str], schema: FeatureSchema | None = None
+) -> dict[str, str]:
+    """Load the ``backbone.*`` entries and the vocabulary of checkpoint ``path``.
+
+    Tables load at any precision (:meth:`ssl_rec.models.Backbone.load_weights`). Rows are
+    attached by raw value, never by position alone: when ``schema`` says which
+    vocabularies its data was encoded with (``metadata["vocabulary"]``), they must be the
+    checkpoint's.
+
+    Returns:
+        Provenance of the weights: ``{"file": name, "sha256": hex}``.
+
+    Raises:
+        ValueError: naming the checkpoint and the fields whose vocabularies or the dense
+            columns that differ, or when the backbone differs (schema, dims, encoder).
+
+    """
+    checkpoint = read_checkpoint(path)
+    vocabulary = vocabulary_of(checkpoint, str(path))
+    if schema is not None:
+        _check_data_matches(checkpoint, vocabulary, schema, str(path))
+    state = checkpoint.get("state_dict", {})
     weights = {
         k[len(BACKBONE_PREFIX) :]: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX)
     }
     if not weights:
         raise ValueError(f"{path}: checkpoint has no '{BACKBONE_PREFIX}*' weights")
     backbone.load_weights(weights, where=str(path))
+    if vocabulary is not None:
+        backbone.set_vocabulary(vocabulary)
+    digest = file_sha256(path) if Path(path).is_file() else None  # a DCP checkpoint is a dir
+    return {"file": Path(path).name, "sha256": digest}
+
+
+def _check_data_matches(
+    checkpoint: Mapping[str, Any], vocabulary: Vocabularies | None, schema: FeatureSchema,
+    where: str,
+) -> None:  # fmt: skip
+    saved = checkpoint.get(SCHEMA_KEY)
+    if saved is not None and list(saved.get("dense", [])) != list(schema.dense):
+        raise ValueError(
+            f"{where}: the model was trained on dense columns {list(saved['dense'])}, the "
+            f"data has {list(schema.dense)}"
+        )
+    encoded_with = schema.metadata.get("vocabulary")
+    if vocabulary is None or not isinstance(encoded_with, Mapping):
+        return
+    bad = vocabulary.disagreeing(encoded_with)
+    if bad:
+        raise ValueError(
+            f"{where}: the data was encoded with other vocabularies than the checkpoint's in "
+            f"fields {bad[:10]}, so its ids would pick other values' rows; encode the data "
+            "with the checkpoint's vocabulary (ssl-rec fit --model.init_from does; in Python "
+            f"datamodule.use_vocabulary(read_vocabulary({where!r})))"
+        )
 
 
 def schema_of(checkpoint: Mapping[str, Any]) -> dict:
     """The feature schema dict stored in a checkpoint by CTRModule or PretrainModule."""
-    if "feature_schema" in checkpoint:
-        return dict(checkpoint["feature_schema"])
+    if SCHEMA_KEY in checkpoint:
+        return dict(checkpoint[SCHEMA_KEY])
     hparams = checkpoint.get("hyper_parameters", {})
     if "schema" in hparams:
         return dict(hparams["schema"])
@@ -62,17 +124,18 @@ def schema_of(checkpoint: Mapping[str, Any]) -> dict:
 
 
 def load_module(path: str | os.PathLike[str]) -> pl.LightningModule:
-    """Rebuild the LightningModule saved in checkpoint ``path`` (CLI-made checkpoints).
+    """Rebuild the LightningModule saved in checkpoint ``path``.
 
     The module class is read from the checkpoint's hyperparameters (``_class_path``), so a
-    pretraining or a CTR checkpoint both load; weights and embedding stores are restored.
+    pretraining or a CTR checkpoint, made by ``ssl-rec fit`` or from Python, both load;
+    weights, embedding stores and the vocabulary are restored.
     """
     checkpoint = read_checkpoint(path)
     class_path = checkpoint.get("hyper_parameters", {}).get("_class_path")
     if not class_path:
         raise ValueError(
             f"{path}: checkpoint has no '_class_path' hyperparameter; it was not written by "
-            "`ssl-rec fit` (load it with YourModule.load_from_checkpoint instead)"
+            "an ssl-rec module (load it with YourModule.load_from_checkpoint instead)"
         )
     module_name, _, class_name = class_path.rpartition(".")
     cls = getattr(importlib.import_module(module_name), class_name)
@@ -84,14 +147,3 @@ def load_module(path: str | os.PathLike[str]) -> pl.LightningModule:
         buffer.seek(0)
         return cls.load_from_checkpoint(buffer, map_location="cpu")
     return cls.load_from_checkpoint(path, map_location="cpu")
-
-
-def unpicklable_hparams(*names: str) -> list[str]:
-    """Hyperparameters to leave out of a checkpoint when a module is built from Python.
-
-    The CLI hands ``save_hyperparameters`` its config (plain values, enough for
-    :func:`load_module` to rebuild the module); from Python the factories and modules in
-    ``names`` would be pickled and break ``torch.load(weights_only=True)``, so they are
-    ignored. Pass the result as ``save_hyperparameters(ignore=...)``.
-    """
-    return [] if _given_hyperparameters.get() is not None else list(names)

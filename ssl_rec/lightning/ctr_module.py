@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.lightning.checkpoint import load_backbone_weights, unpicklable_hparams
+from ssl_rec.lightning.artifact import adopt_data_vocabulary, restore_artifact, save_artifact
+from ssl_rec.lightning.checkpoint import load_backbone_weights
+from ssl_rec.lightning.module_config import BackboneFactory, backbone_factory, module_hparams
 from ssl_rec.lightning.strategy import refuse_unsharded_tables
 from ssl_rec.metrics import ctr_metrics
-from ssl_rec.models.backbone import Backbone, as_schema
+from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.heads import CTRHead
 from ssl_rec.types import Batch
 
-BackboneFactory = Callable[[dict], Backbone]
 FinetuneMode = Literal["full", "linear_probe"]
 
 
@@ -26,16 +26,25 @@ class CTRModule(pl.LightningModule):
     Embedding tables update themselves in backward (fused optimizer, see
     ``ssl_rec.hardware``); the optimizer built here steps the dense parameters only.
 
+    The checkpoint stands alone: its hyperparameters are this constructor's arguments as
+    plain values (the backbone as a ``class_path`` dict, ``init_from`` cleared), and it
+    holds the schema and the vocabulary, so ``CTRModule.load_from_checkpoint(path)`` needs
+    neither the data nor the pretraining checkpoint.
+
     Args:
-        backbone: factory ``schema_dict -> Backbone``; in YAML a ``class_path`` of
-            ``ssl_rec.models.Backbone`` with its ``init_args`` (the schema is linked in).
+        backbone: factory ``schema_dict -> Backbone`` (a class or ``functools.partial``), or
+            its config ``{"class_path": "ssl_rec.models.Backbone", "init_args": {...}}``;
+            in YAML the ``class_path`` form (the schema is linked in).
         schema: the data's feature schema as a dict; the CLI links it from ``data.schema``.
         head_hidden: hidden widths of the click head (empty = linear head).
         learning_rate: Adam learning rate of the dense parameters (> 0).
         weight_decay: Adam weight decay (>= 0).
-        init_from: path of a checkpoint whose backbone weights initialise this one
-            (a pretraining or CTR checkpoint, tables at any precision), or ``None`` to
-            start from scratch. The tables' optimizer state restarts, like the dense one.
+        init_from: path of a checkpoint whose backbone weights and vocabulary initialise
+            this one (a pretraining or CTR checkpoint, tables at any precision), or
+            ``None`` to start from scratch. The data must be encoded with that checkpoint's
+            vocabulary (``ssl-rec fit`` does it); rows are never attached by position
+            alone. The tables' optimizer state restarts, like the dense one. Recorded as
+            provenance (file name and hash); loading this module's checkpoint never reads it.
         finetune: ``full`` trains everything; ``linear_probe`` freezes the backbone
             (embeddings included) and trains the head only.
         embedding_lr: learning rate of the tables' fused optimizer during this run,
@@ -46,6 +55,7 @@ class CTRModule(pl.LightningModule):
         >>> from functools import partial  # doctest: +SKIP
         >>> factory = partial(Backbone, embedding_dim=16)  # doctest: +SKIP
         >>> module = CTRModule(factory, schema.to_dict())  # doctest: +SKIP
+        >>> CTRModule.load_from_checkpoint("runs/ctr/checkpoints/last.ckpt")  # doctest: +SKIP
 
     """
 
@@ -73,13 +83,20 @@ class CTRModule(pl.LightningModule):
             )
         if embedding_lr is not None and not embedding_lr > 0:
             raise ValueError(f"CTRModule.embedding_lr must be > 0, got {embedding_lr}")
-        schema = as_schema(schema).to_dict()
-        self.save_hyperparameters(ignore=unpicklable_hparams("backbone"))
+        factory = backbone_factory(backbone, "CTRModule")
         self.schema = as_schema(schema)
-        self.backbone = backbone(schema)
+        schema = self.schema.to_dict()
+        self.save_hyperparameters(module_hparams(
+            self, backbone=backbone, schema=schema, head_hidden=list(head_hidden or []),
+            learning_rate=learning_rate, weight_decay=weight_decay, init_from=None,
+            finetune=finetune, embedding_lr=embedding_lr,
+        ))  # fmt: skip
+        self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
+        self.provenance: dict[str, Any] = {}
         if init_from:
-            load_backbone_weights(self.backbone, init_from)
+            source = load_backbone_weights(self.backbone, init_from, self.schema)
+            self.provenance["init_from"] = source
             # A fresh table optimizer, like the dense one: pretraining accumulators would
             # shrink the embedding step by an amount that depends on the pretraining objective.
             self.backbone.reset_table_optimizer()
@@ -90,10 +107,6 @@ class CTRModule(pl.LightningModule):
             self.backbone.freeze_tables()
         self.val_metrics = ctr_metrics("val/")
         self.test_metrics = ctr_metrics("test/")
-
-    def setup(self, stage: str) -> None:
-        """Refuse multi-process strategies that would replicate the tables (see ``strategy``)."""
-        refuse_unsharded_tables(self.trainer, self)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Click logits ``float32[B]`` for ``batch``."""
@@ -114,6 +127,15 @@ class CTRModule(pl.LightningModule):
         """Accumulate test metrics."""
         self.test_metrics.update(self(batch), _labels(batch))
 
+    def predict_step(self, batch: Batch, batch_idx: int) -> dict[str, torch.Tensor]:
+        """Click probability ``float32[B]`` and ``row_id int64[B]`` of each row (and its label)."""
+        out = {"probability": torch.sigmoid(self(batch)).float()}
+        if batch.row_id is not None:
+            out["row_id"] = batch.row_id
+        if batch.label is not None:
+            out["label"] = batch.label
+        return out
+
     def on_validation_epoch_end(self) -> None:
         """Log and reset validation metrics."""
         self.log_dict(self.val_metrics.compute(), prog_bar=True)
@@ -131,9 +153,27 @@ class CTRModule(pl.LightningModule):
             params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay
         )
 
+    @property
+    def vocabulary(self) -> Any:
+        """The backbone's :class:`~ssl_rec.vocabularies.Vocabularies` (``None`` before any data)."""
+        return self.backbone.vocabulary
+
+    def setup(self, stage: str) -> None:
+        """Refuse replicated tables; take the data's vocabulary or re-encode the data.
+
+        Strategies that would replicate the tables are refused (see ``strategy``); a new
+        model adopts its data's vocabulary, a trained one has the data encoded with its own.
+        """
+        refuse_unsharded_tables(self.trainer, self)
+        adopt_data_vocabulary(self)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store the feature schema so the checkpoint is readable without the data."""
-        checkpoint["feature_schema"] = self.schema.to_dict()
+        """Store schema, vocabulary, provenance and RNG states: the checkpoint stands alone."""
+        save_artifact(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the vocabulary and provenance (and RNG states when resuming a fit)."""
+        restore_artifact(self, checkpoint)
 
 
 def _labels(batch: Batch) -> torch.Tensor:

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from ssl_rec.lightning.checkpoint import unpicklable_hparams
+from ssl_rec.lightning.artifact import adopt_data_vocabulary, restore_artifact, save_artifact
+from ssl_rec.lightning.module_config import (
+    BackboneFactory,
+    backbone_factory,
+    build_objectives,
+    module_hparams,
+)
 from ssl_rec.lightning.strategy import refuse_unsharded_tables
-from ssl_rec.models.backbone import Backbone, as_schema
+from ssl_rec.models.backbone import as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
-
-BackboneFactory = Callable[[dict], Backbone]
 
 
 class PretrainModule(pl.LightningModule):
@@ -32,9 +36,15 @@ class PretrainModule(pl.LightningModule):
     Embedding tables are not parameters; they update in backward of the backbone step
     (the generator step reads them without gradient).
 
+    The hyperparameters saved in checkpoints are the constructor's arguments as plain values
+    (backbone and objectives as ``class_path`` dicts), with the schema and vocabulary
+    beside them, so ``PretrainModule.load_from_checkpoint(path)`` rebuilds it alone.
+
     Args:
-        backbone: factory ``schema_dict -> Backbone`` (``class_path`` in YAML).
-        objectives: name -> objective; names appear in log keys.
+        backbone: factory ``schema_dict -> Backbone`` (a class, ``functools.partial`` or a
+            ``class_path`` dict; ``class_path`` in YAML).
+        objectives: name -> objective (an instance or a ``class_path`` dict); names appear
+            in log keys.
         weights: name -> loss weight (default 1 for every objective); names must exist.
         schema: the data's feature schema dict; the CLI links it from ``data.schema``.
         learning_rate: Adam learning rate of the dense parameters (> 0).
@@ -63,20 +73,23 @@ class PretrainModule(pl.LightningModule):
         if schema is None:
             raise ValueError("PretrainModule needs `schema` (the CLI links it from data.schema)")
         _check_hyperparameters(learning_rate, weight_decay, gradient_clip)
+        factory = backbone_factory(backbone, "PretrainModule")
+        objectives = build_objectives(objectives, "PretrainModule")
         self.objective_weights = _check_objectives(objectives, weights)
-        schema = as_schema(schema).to_dict()
-        self.save_hyperparameters(ignore=unpicklable_hparams("objectives", "backbone"))
         self.schema = as_schema(schema)
-        self.backbone = backbone(schema)
+        schema = self.schema.to_dict()
+        self.save_hyperparameters(module_hparams(
+            self, backbone=backbone, objectives=objectives, weights=weights,
+            schema=schema, learning_rate=learning_rate, weight_decay=weight_decay,
+            gradient_clip=gradient_clip,
+        ))  # fmt: skip
+        self.provenance: dict[str, Any] = {}
+        self.backbone = factory(schema)
         self.objectives = nn.ModuleDict(objectives)
         for objective in self.objectives.values():
             objective.setup(self.backbone)
         self.adversarial = [n for n, o in self.objectives.items() if o.generator_parameters()]
         self.automatic_optimization = not self.adversarial
-
-    def setup(self, stage: str) -> None:
-        """Refuse multi-process strategies that would replicate the tables (see ``strategy``)."""
-        refuse_unsharded_tables(self.trainer, self)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Pooled representation ``float32[B, H]`` of ``batch`` (no masking)."""
@@ -155,9 +168,27 @@ class PretrainModule(pl.LightningModule):
         gen_params = [p for p in self.parameters() if id(p) in generator]
         return [torch.optim.Adam(main, **kwargs), torch.optim.Adam(gen_params, **kwargs)]
 
+    @property
+    def vocabulary(self) -> Any:
+        """The backbone's :class:`~ssl_rec.vocabularies.Vocabularies` (``None`` before any data)."""
+        return self.backbone.vocabulary
+
+    def setup(self, stage: str) -> None:
+        """Refuse replicated tables; take the data's vocabulary or re-encode the data.
+
+        Strategies that would replicate the tables are refused (see ``strategy``); a new
+        model adopts its data's vocabulary, a trained one has the data encoded with its own.
+        """
+        refuse_unsharded_tables(self.trainer, self)
+        adopt_data_vocabulary(self)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store the feature schema so the checkpoint is readable without the data."""
-        checkpoint["feature_schema"] = self.schema.to_dict()
+        """Store schema, vocabulary and RNG states: the checkpoint stands alone."""
+        save_artifact(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the vocabulary (and RNG states when resuming a fit)."""
+        restore_artifact(self, checkpoint)
 
 
 def _check_hyperparameters(learning_rate: float, weight_decay: float, gradient_clip: float) -> None:

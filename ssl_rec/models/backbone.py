@@ -18,6 +18,7 @@ from ssl_rec.models.dlrm import DLRMEncoder
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import BackboneDims, Batch, Representation
+from ssl_rec.vocabularies import Vocabularies
 
 EncoderFactory = Callable[[int, int, int], nn.Module]
 _TABLES = "embedding.tables."
@@ -85,6 +86,27 @@ class Backbone(nn.Module):
             output_dim=int(self.encoder.output_dim),
             cardinalities=tuple(self.schema.cardinalities),
         )
+        self._vocabulary: Vocabularies | None = None
+
+    @property
+    def vocabulary(self) -> Vocabularies | None:
+        """What each id of each field means (the raw value of every row), or ``None``.
+
+        Set from the data the model is trained on or from the checkpoint it is loaded from;
+        ``None`` means the ids were given directly and are their own values.
+        """
+        return self._vocabulary
+
+    def set_vocabulary(self, vocabulary: Vocabularies | None) -> None:
+        """Attach the vocabularies the tables' rows were trained for.
+
+        Raises:
+            ValueError: when its fields or cardinalities differ from the schema's.
+
+        """
+        if vocabulary is not None:
+            vocabulary.check_schema(self.schema, "the vocabulary given to the backbone")
+        self._vocabulary = vocabulary
 
     @property
     def dims(self) -> BackboneDims:
@@ -142,6 +164,14 @@ class Backbone(nn.Module):
     def set_table_learning_rate(self, learning_rate: float) -> None:
         """Step every table's fused optimizer with ``learning_rate`` (> 0) from now on."""
         self.embedding.tables.set_learning_rate(learning_rate)
+
+    def prefetch_tables(self, sparse: torch.Tensor | None, background: bool = True) -> None:
+        """Admit the next batch's ``sparse int64[B, F]`` ids after the next training lookup.
+
+        On a helper thread when ``background``, beside the dense layers; same results either
+        way. ``None`` cancels.
+        """
+        self.embedding.tables.prefetch_next(sparse, background)
 
     def reset_table_optimizer(self) -> None:
         """Zero the tables' row-wise Adagrad state (a fresh optimizer, as for dense layers)."""

@@ -24,14 +24,15 @@ class DotInteraction(nn.Module):
     def __init__(self, num_vectors: int) -> None:
         super().__init__()
         rows, cols = torch.triu_indices(num_vectors, num_vectors, offset=1)
-        self.register_buffer("_rows", rows, persistent=False)
-        self.register_buffer("_cols", cols, persistent=False)
+        # One gather from the flattened matrix: several times faster on CPU than indexing
+        # two dimensions with (rows, cols), for float32 and bfloat16 alike.
+        self.register_buffer("_upper", rows * num_vectors + cols, persistent=False)
         self.out_dim = int(rows.numel())
 
     def forward(self, vectors: torch.Tensor) -> torch.Tensor:
         """Return the flattened upper triangle of ``vectors @ vectors^T``."""
-        gram = torch.bmm(vectors, vectors.transpose(1, 2))
-        return gram[:, self._rows, self._cols]
+        gram = torch.bmm(vectors, vectors.transpose(1, 2)).flatten(1)
+        return torch.gather(gram, 1, self._upper.expand(gram.shape[0], -1))
 
 
 class DLRMEncoder(nn.Module):

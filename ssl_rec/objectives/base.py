@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ssl_rec._config import RecordsConfig
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 
 
-class Objective(nn.Module):
+class Objective(RecordsConfig, nn.Module):
     """A self-supervised loss on a batch: ``forward(batch, backbone) -> ObjectiveOutput``.
 
     Objectives take their hyperparameters in ``__init__`` and receive the sizes that depend

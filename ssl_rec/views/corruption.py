@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ssl_rec._checks import check_rate
+from ssl_rec._config import RecordsConfig
 from ssl_rec.types import Batch
 
 
@@ -46,7 +47,7 @@ def dense_corruption(
     return out
 
 
-class IdDropout(nn.Module):
+class IdDropout(RecordsConfig, nn.Module):
     """Replace ids by the OOV id 0 with probability ``rate``.
 
     Teaches robustness to missing and unseen values.
@@ -65,7 +66,7 @@ class IdDropout(nn.Module):
         return batch.with_features(sparse=id_dropout(batch.sparse, self.rate, rng))
 
 
-class FeatureSwap(nn.Module):
+class FeatureSwap(RecordsConfig, nn.Module):
     """Swap each id with the same field of a random other row w.p. ``rate`` (SCARF).
 
     Args:
@@ -82,7 +83,7 @@ class FeatureSwap(nn.Module):
         return batch.with_features(sparse=feature_swap(batch.sparse, self.rate, rng))
 
 
-class DenseNoise(nn.Module):
+class DenseNoise(RecordsConfig, nn.Module):
     """Gaussian noise on the dense features, plus random zeroing.
 
     Args:

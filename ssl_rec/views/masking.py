@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ssl_rec._checks import check_at_least, check_rate
+from ssl_rec._config import RecordsConfig
 
 
 def random_field_mask(
@@ -57,7 +58,7 @@ def field_mutual_information(sparse: torch.Tensor, buckets: int = 32) -> torch.T
     return mi
 
 
-class RandomFieldMask(nn.Module):
+class RandomFieldMask(RecordsConfig, nn.Module):
     """Mask every field of every row independently with probability ``rate``.
 
     Args:
@@ -80,7 +81,7 @@ class RandomFieldMask(nn.Module):
         return random_field_mask(b, f, self.rate, rng, sparse.device)
 
 
-class CorrelatedFieldMask(nn.Module):
+class CorrelatedFieldMask(RecordsConfig, nn.Module):
     """Correlated feature masking: a seed field and the fields most informative about it.
 
     Masking mutually-informative fields together stops the model from copying a masked

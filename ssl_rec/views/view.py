@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ssl_rec._checks import check_rate
+from ssl_rec._config import RecordsConfig
 from ssl_rec.types import BackboneProtocol, Batch, Representation
 
 
@@ -28,7 +29,7 @@ class ViewOutput:
     field_mask: torch.Tensor
 
 
-class View(nn.Module):
+class View(RecordsConfig, nn.Module):
     """Random augmentation of a batch, applied inside the model step and seeded.
 
     Order: corruptions (id dropout, swaps, dense noise) on the raw batch, then the field
@@ -74,6 +75,20 @@ class View(nn.Module):
     def reseed(self) -> None:
         """Restart the random stream from ``seed`` (the next draws repeat the first ones)."""
         self._rng = None
+
+    def get_extra_state(self) -> dict:
+        """The random stream's position, saved in ``state_dict`` so a resumed run continues it."""
+        if self._rng is None:
+            return {}
+        return {"rng": self._rng.get_state(), "device": str(self._rng.device)}
+
+    def set_extra_state(self, state: dict) -> None:
+        """Restore :meth:`get_extra_state` (an empty state restarts from ``seed``)."""
+        if not state or state.get("rng") is None:
+            self._rng = None
+            return
+        self._rng = torch.Generator(device=state.get("device", "cpu"))
+        self._rng.set_state(state["rng"])
 
     def corrupt(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
         """Apply the corruptions and draw the field mask: ``(batch', bool[B, F])``."""

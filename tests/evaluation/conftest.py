@@ -45,6 +45,7 @@ class FakeBackbone(nn.Module):
         super().__init__()
         self.schema = schema
         self.embedding = FakeEmbedding(schema, dim)
+        self.vocabulary = None
         self.dims = BackboneDims(schema.n_fields, schema.n_dense, dim, dim,
                                  tuple(schema.cardinalities))  # fmt: skip
 

@@ -74,8 +74,10 @@ def test_export_cli_roundtrip(trained, tmp_path):
     )
     idx = EmbeddingIndex.load(out)
     backbone = load_module(ckpt).backbone
-    rows = backbone.entity_vectors("C3", torch.arange(backbone.schema.field("C3").cardinality))
+    card = backbone.schema.field("C3").cardinality
+    rows = backbone.entity_vectors("C3", torch.arange(1, card))  # id 0 (missing) is left out
     np.testing.assert_array_equal(idx.vectors("C3"), rows.numpy())
+    assert idx.vocabulary.id_values("C3").to_pylist()[1:] == idx.keys("C3").tolist()
     assert backbone.embedding.specs[0].precision == "int8"
     assert idx.vectors("split_test").shape == (500, backbone.dims.output_dim)
     raw = idx.keys("C3")[7]

@@ -28,15 +28,20 @@ def test_vector_equals_dequantized_row(tmp_path, backbone, schema, precision, at
     idx = EmbeddingIndex.load(out)
     for field in ("C1", "C2"):
         card = schema.field(field).cardinality
-        rows = backbone.entity_vectors(field, torch.arange(card)).numpy()
-        got = np.stack([idx.vector(field, str(i)) for i in range(card)])
+        rows = backbone.entity_vectors(field, torch.arange(1, card)).numpy()
+        got = np.stack([idx.vector(field, str(i)) for i in range(1, card)])
         if atol == 0.0:
             np.testing.assert_array_equal(got, rows)
         else:
             np.testing.assert_allclose(got, rows, atol=atol * np.abs(rows).max())
     manifest = json.loads((out / MANIFEST_FILENAME).read_text())
     assert manifest["precision"] == precision and manifest["fields"] == ["C1", "C2"]
-    assert manifest["sets"]["C1"]["count"] == 50 and manifest["sets"]["C1"]["dim"] == 8
+    # The reserved missing id 0 is no entity: it is left out of the set and its index.
+    assert manifest["sets"]["C1"]["count"] == 49 and manifest["sets"]["C1"]["dim"] == 8
+    assert manifest["sets"]["C1"]["index"]["excluded_ids"] == {"missing": 1, "unused": 0}
+    np.testing.assert_array_equal(np.load(out / "C1.ids.npy"), np.arange(1, 50))
+    with pytest.raises(KeyError, match="unknown raw value"):
+        idx.vector("C1", "0")
 
 
 @pytest.mark.parametrize("metric", ["ip", "l2"])
@@ -50,12 +55,12 @@ def test_flat_search_matches_torch(tmp_path, backbone, schema, metric):
         progress=False,
     )
     idx = EmbeddingIndex.load(out)
-    items = backbone.entity_vectors("C1", torch.arange(50))
+    items = backbone.entity_vectors("C1", torch.arange(1, 50))
     q = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
     scores, keys = idx.search(q.numpy(), 4, "C1")
     ref = q @ items.T if metric == "ip" else -torch.cdist(q, items).square()
     top = ref.topk(4, dim=1)
-    np.testing.assert_array_equal(keys.astype(int), top.indices.numpy())
+    np.testing.assert_array_equal(keys.astype(int), top.indices.numpy() + 1)
     expected = top.values.numpy() if metric == "ip" else -top.values.numpy()
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
 
@@ -69,6 +74,20 @@ def test_neighbors_exclude_self_and_rank(tmp_path, backbone, schema):
     values, scores = idx.neighbors("C1", "3", k=5)
     assert "3" not in values and len(values) == 5
     assert np.all(np.diff(scores) <= 1e-6)
+    everything, _ = idx.neighbors("C1", "3", k=100)
+    assert len(everything) == 48 and "0" not in everything  # the missing id never comes back
+
+
+def test_index_too_big_for_a_small_field_falls_back_to_exact(tmp_path, backbone, schema):
+    out = export_embeddings(backbone, schema, tmp_path / "e", ["C2"],
+                            config=IndexConfig("IVF64,PQ8"), progress=False)  # fmt: skip
+    info = json.loads((out / MANIFEST_FILENAME).read_text())["sets"]["C2"]["index"]
+    assert info["requested"] == "IVF64,PQ8" and info["factory"] == "Flat"
+    assert "6 of this set" in info["fallback"]
+    idx = EmbeddingIndex.load(out)
+    items = backbone.entity_vectors("C2", torch.arange(1, 7)).numpy()
+    _, keys = idx.search(items, 1, "C2")
+    assert keys[:, 0].tolist() == [str(i) for i in range(1, 7)]
 
 
 def test_representation_set_roundtrip(tmp_path, backbone, schema, batches_of):

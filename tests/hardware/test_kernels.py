@@ -1,5 +1,5 @@
-"""Compiled kernels == reference. The compiled path is built here and must not be skipped:
-a build failure fails these tests."""
+"""Compiled kernels == reference, bit for bit, with 1 and 2 threads and every SIMD variant.
+The compiled path is built here and must not be skipped: a build failure fails these tests."""
 
 import copy
 
@@ -8,9 +8,9 @@ import torch
 
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, Precision, TableSpec, quantize_rows
 from ssl_rec.hardware.kernels import reference
-from ssl_rec.hardware.kernels.dispatch import CompiledKernels, get_kernels, load_compiled
+from ssl_rec.hardware.kernels.dispatch import CompiledKernels, load_compiled
 
-CARDS = [50, 30, 200, 7, 64, 40, 90]
+CARDS = [50, 30, 200, 7, 64, 40, 90, 3]
 SPECS = [
     TableSpec("int8", 0.2),
     TableSpec("int4", 0.3, "lfu"),
@@ -19,7 +19,9 @@ SPECS = [
     TableSpec("bf16", 0.2, "lfu", stochastic_rounding=False),
     TableSpec("fp32"),
     TableSpec("int8", 0.0, optimizer="sgd"),
+    TableSpec("int4", 1.0, optimizer="sgd"),
 ]
+LEVELS = {"portable": 0, "avx2": 1, "avx512": 2}
 
 
 @pytest.fixture(scope="module")
@@ -27,43 +29,91 @@ def compiled():
     return CompiledKernels(load_compiled())
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(params=list(LEVELS))
+def simd(request, compiled):
+    ext = compiled._ext
+    if LEVELS[request.param] > ext.max_simd_level():
+        pytest.skip(f"this CPU has no {request.param}")
+    previous = ext.set_simd_level(LEVELS[request.param])
+    yield request.param
+    ext.set_simd_level(previous)
+
+
 def _state(t):
     return t.stores + t.cache_rows + t.cache_tags + t.cache_state + t.stats + t.momentum
 
 
-def test_compiled_formats_agree_with_precision(compiled):
-    assert compiled._ext.num_kinds() == len(Precision)
-    for p in Precision:
-        for dim in (8, 12, 64):
-            if dim % (1 if p.is_float else 8 // p.bits) == 0:
-                assert compiled._ext.row_bytes(p.code, dim) == p.row_bytes(dim), (p, dim)
-    with pytest.raises(RuntimeError, match="unknown format"):
-        compiled._ext.row_bytes(len(Precision), 8)
+def _assert_same_state(ta, tb):
+    for x, y in zip(_state(ta), _state(tb), strict=True):
+        assert x.dtype == y.dtype and torch.equal(x, y)
 
 
-def test_compiled_matches_reference_over_training_steps(compiled):
-    emb = MixedPrecisionEmbeddingCollection(CARDS, 8, SPECS, seed=3)
+def _batch(gen, batch, dim):
+    ids = torch.stack([torch.randint(0, c, (batch,), generator=gen) for c in CARDS], 1)
+    grad = torch.randn(batch, len(CARDS), dim, generator=gen)
+    grad[::3, 2] = 0  # masked fields: their rows are skipped
+    grad[1::4, 0] = -0.0
+    return ids, grad
+
+
+@pytest.mark.parametrize("dim", [8, 36, 64])
+def test_compiled_matches_reference_bit_for_bit(compiled, threads, simd, dim):
+    emb = MixedPrecisionEmbeddingCollection(CARDS, dim, SPECS, seed=3)
     a, b = copy.deepcopy(emb.group), copy.deepcopy(emb.group)
-    gen = torch.Generator().manual_seed(0)
-    for step in range(4):
-        ids = torch.stack([torch.randint(0, c, (48,), generator=gen) for c in CARDS], 1)
-        grad = torch.randn(48, len(CARDS), 8, generator=gen)
+    gen = torch.Generator().manual_seed(dim)
+    pending = []
+    for step in range(5):
+        ids, grad = _batch(gen, 48, dim)
         ta, tb = a.tensors(), b.tensors()
-        out_a, slots_a = reference.train_forward(ta, ids, 3, step)
-        out_b, slots_b = compiled.train_forward(tb, ids, 3, step)
-        torch.testing.assert_close(out_b, out_a, rtol=1e-6, atol=0)
-        assert torch.equal(slots_a, slots_b)
-        torch.testing.assert_close(
-            compiled.forward(tb, ids), reference.forward(ta, ids), rtol=1e-6, atol=0
-        )
-        reference.update(ta, ids, grad, 3, step, slots_a)
-        compiled.update(tb, ids, grad, 3, step, slots_b)
-        for x, y in zip(_state(ta), _state(tb), strict=True):
-            if x.is_floating_point():
-                torch.testing.assert_close(y, x, rtol=1e-6, atol=0)
-            else:
-                assert torch.equal(x, y)  # integer stores, tags, counters: exactly
-    assert int(sum(s[2] for s in a.tensors().stats)) > 0  # evictions were exercised
+        plan_a = reference.admit(ta, ids, 3, 2 * step, pending)
+        plan_b = compiled.admit(tb, ids, 3, 2 * step, pending)
+        for x, y in zip(plan_a, plan_b, strict=True):
+            assert torch.equal(x, y)
+        assert torch.equal(reference.gather(ta, plan_a), compiled.gather(tb, plan_b))
+        assert torch.equal(reference.forward(ta, ids), compiled.forward(tb, ids))
+        reference.update(ta, plan_a, grad, 3, 2 * step + 1)
+        compiled.update(tb, plan_b, grad, 3, 2 * step + 1)
+        _assert_same_state(ta, tb)
+        pending = [plan_a] if step % 2 else []  # some admissions run with locked rows
+    stats = torch.stack(a.tensors().stats)
+    assert int(stats[:, 2].sum()) > 0 and int(stats[:, 3].sum()) > 0  # evictions, store writes
+
+
+def test_rows_with_zero_gradient_are_not_rewritten(compiled):
+    spec = TableSpec("int8", 0.0, optimizer="sgd")
+    emb = MixedPrecisionEmbeddingCollection([100], 16, spec, seed=0)
+    t = emb.group.tensors()
+    before = t.stores[0].clone()
+    ids = torch.arange(10).reshape(10, 1)
+    plan = compiled.admit(t, ids, 0, 0)
+    grad = torch.zeros(10, 1, 16)
+    grad[3] = 1.0
+    compiled.update(t, plan, grad, 0, 1)
+    changed = (t.stores[0] != before).any(dim=1).nonzero().flatten().tolist()
+    assert changed == [3] and int(t.stats[0][3]) == 1
+
+
+def test_full_sets_leave_rows_uncached_and_lock_pending_rows(compiled):
+    spec = TableSpec("int8", 8 / 64, optimizer="sgd")  # one set of 8 ways
+    emb = MixedPrecisionEmbeddingCollection([64], 8, spec, seed=0)
+    t = emb.group.tensors()
+    first = compiled.admit(t, torch.arange(12).reshape(12, 1), 0, 0)
+    assert first.slots[0, :12].tolist() == list(range(8)) + [-1] * 4
+    # the first batch still waits for its backward: its 8 rows stay, new rows are not cached
+    second = compiled.admit(t, torch.arange(20, 23).reshape(3, 1), 0, 1, [first])
+    assert second.slots[0, :3].tolist() == [-1, -1, -1]
+    third = compiled.admit(t, torch.arange(20, 23).reshape(3, 1), 0, 2)
+    slots = third.slots[0, :3].tolist()
+    assert min(slots) >= 0 and len(set(slots)) == 3
+    assert int(t.stats[0][2]) == 3  # three evictions, once the first batch is unlocked
 
 
 @pytest.mark.parametrize(
@@ -73,27 +123,26 @@ def test_compiled_matches_reference_over_training_steps(compiled):
         (4, torch.ops.quantized.embedding_bag_4bit_rowwise_offsets),
     ],
 )
-def test_bag_lookup_matches_reference_and_fbgemm(compiled, bits, op):
+@pytest.mark.parametrize("dim", [32, 72])
+def test_bag_lookup_matches_reference_and_fbgemm(compiled, threads, simd, bits, op, dim):
     gen = torch.Generator().manual_seed(bits)
-    store = quantize_rows(torch.randn(300, 32, generator=gen), f"int{bits}")
-    idx = torch.randint(0, 300, (200,), generator=gen)
-    offsets = torch.tensor([0, 3, 3, 50, 120, 200])
-    ours = compiled.bag_lookup(store, bits, idx, offsets, 32)
+    store = quantize_rows(torch.randn(300, dim, generator=gen), f"int{bits}")
+    idx = torch.randint(0, 300, (600,), generator=gen)
+    offsets = torch.tensor([0, 3, 3, 50, 120, 200] + list(range(210, 601, 2)))
+    ours = compiled.bag_lookup(store, bits, idx, offsets, dim)
     # Sums of up to 80 rows, fused multiply-add vs two roundings: bound the error by
     # 1e-6 relative to the sum of magnitudes, not to the (cancelling) sum itself.
-    ref = reference.bag_lookup(store, bits, idx, offsets, 32)
-    magnitude = reference.bag_lookup(store, bits, idx, offsets, 32).abs().max() * 80
-    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6 * float(magnitude))
-    torch.testing.assert_close(
-        ours, op(store, idx, offsets[:-1]), rtol=1e-6, atol=1e-6 * float(magnitude)
-    )
+    ref = reference.bag_lookup(store, bits, idx, offsets, dim)
+    tol = 1e-6 * float(ref.abs().max()) * 80
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=tol)
+    torch.testing.assert_close(ours, op(store, idx, offsets[:-1]), rtol=1e-6, atol=tol)
 
 
-def test_dispatch_env(monkeypatch):
-    monkeypatch.setenv("SSL_REC_KERNELS", "reference")
-    assert get_kernels() is reference
-    monkeypatch.setenv("SSL_REC_KERNELS", "compiled")
-    assert isinstance(get_kernels(), CompiledKernels)
-    monkeypatch.setenv("SSL_REC_KERNELS", "fast")
-    with pytest.raises(ValueError, match="SSL_REC_KERNELS"):
-        get_kernels()
+def test_compiled_formats_agree_with_precision(compiled):
+    assert compiled._ext.num_kinds() == len(Precision)
+    for p in Precision:
+        for dim in (8, 12, 64):
+            if dim % (1 if p.is_float else 8 // p.bits) == 0:
+                assert compiled._ext.row_bytes(p.code, dim) == p.row_bytes(dim), (p, dim)
+    with pytest.raises(ValueError, match="unknown format"):
+        compiled._ext.row_bytes(len(Precision), 8)

@@ -214,16 +214,25 @@ def test_cli_pretrain_then_finetune_in_another_precision(tmp_path) -> None:
     torch.testing.assert_close(cli.model.backbone.embedding.mask_token.detach(), mask)
 
 
-def test_python_made_checkpoint_loads_with_weights_only(tmp_path) -> None:
-    _, path = fit_pretrain(tmp_path, {"mfp": MaskedFeaturePrediction()})
+def test_python_made_checkpoint_loads_alone(tmp_path) -> None:
+    objective = MaskedFeaturePrediction(view=View(RandomFieldMask(0.4), seed=3))
+    module, path = fit_pretrain(tmp_path, {"mfp": objective})
     hparams = torch.load(path, weights_only=True)["hyper_parameters"]
-    assert "objectives" not in hparams and hparams["learning_rate"] == 1e-3
+    view = hparams["objectives"]["mfp"]["init_args"]["view"]["init_args"]
+    assert view["masking"]["init_args"]["rate"] == 0.4 and view["seed"] == 3
+    assert hparams["backbone"]["init_args"]["tables"]["precision"] == "fp32"
+    for again in (PretrainModule.load_from_checkpoint(path), load_module(path)):
+        assert again.objectives["mfp"].view.masking.rate == 0.4
+        mine = again.state_dict()
+        for name, value in module.state_dict().items():
+            if torch.is_tensor(value):
+                assert torch.equal(value, mine[name]), name
 
 
 def test_init_from_checkpoint_of_another_schema_names_the_mismatch(tmp_path) -> None:
     _, ckpt = fit_pretrain(tmp_path, {"mfp": MaskedFeaturePrediction()})
     other = FeatureSchema(("I1",), (CategoricalField("C1", 50), CategoricalField("C2", 9)), "y")
-    with pytest.raises(ValueError, match="does not match this model"):
+    with pytest.raises(ValueError, match="dense columns|does not match this model"):
         CTRModule(factory(), other.to_dict(), init_from=ckpt)
     with pytest.raises(FileNotFoundError):
         CTRModule(factory(), schema(), init_from=str(tmp_path / "missing.ckpt"))

@@ -152,6 +152,26 @@ def _validate(table: pa.Table, path: Path, labeled: bool, skip: bool, skipped: i
     return part
 
 
+def read_criteo_columns(path: str | os.PathLike[str], columns: list[str]) -> pa.Table:
+    """Raw text of ``columns`` (``label``, ``I1``.., ``C1``..) of every row of a Criteo file."""
+    path = Path(path)
+    names = ([CRITEO_LABEL] if detect_has_label(path) else []) + [
+        *CRITEO_DENSE,
+        *CRITEO_CATEGORICAL,
+    ]
+    unknown = [c for c in columns if c not in names]
+    if unknown:
+        raise ValueError(f"{path}: unknown columns {unknown}; Criteo columns are {names}")
+    return pacsv.read_csv(
+        path,
+        read_options=pacsv.ReadOptions(column_names=names, block_size=8 << 20),
+        parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=columns, column_types={c: pa.string() for c in columns},
+        ),
+    )  # fmt: skip
+
+
 def _natural_key(path: str) -> list[object]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", Path(path).name)]
 
@@ -237,6 +257,12 @@ class CriteoDataModule(ArrowDataModule):
         return {"files": file_fingerprint(files), "splits": split_files,
                 "has_label": self.has_label, "options": self.options.to_dict()}  # fmt: skip
 
+    def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
+        """``columns`` of ``split``'s rows as text, read back from the files."""
+        split_files, files = self._files()
+        reader = PartReader(read_criteo, split_files, self.options)
+        return reader.raw_columns(split, files, lambda p: read_criteo_columns(p, columns))
+
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
         """Preprocess the files into ``out_dir``."""
         split_files, files = self._files()
@@ -245,4 +271,5 @@ class CriteoDataModule(ArrowDataModule):
             split_files, self.options,
         )  # fmt: skip
         layout = Layout(CRITEO_DENSE, CRITEO_CATEGORICAL, CRITEO_LABEL)
-        return preprocess(reader, files, layout, self.options, out_dir, final_dir)
+        return preprocess(reader, files, layout, self.options, out_dir, final_dir,
+                          self.given_vocabulary)  # fmt: skip

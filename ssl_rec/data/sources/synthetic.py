@@ -14,6 +14,7 @@ import pyarrow.csv as pacsv
 from tqdm.auto import tqdm
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.preprocess import report_unseen
 from ssl_rec.data.sources.synthetic_clicks import (
     PRESETS,
     SYNTHETIC_VERSION,
@@ -32,21 +33,48 @@ from ssl_rec.schema import (
     CategoricalField,
     FeatureSchema,
 )
-from ssl_rec.vocabulary import MISSING_VALUE, VOCAB_DIRNAME, save_id_values
+from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies
+from ssl_rec.vocabulary import MISSING_VALUE, VOCAB_DIRNAME, CodedColumn, save_id_values
 
 CHUNK_ROWS = 1 << 18
 
 
-def _write_vocab(gen: SyntheticClickModel, vocab_dir: Path) -> None:
+def synthetic_vocabulary(cardinalities: list[int]) -> Vocabularies:
+    """The generator's own vocabularies: id ``i`` of field ``f`` is ``render_ids(f, i)``."""
+    fields = {}
     for f, name in enumerate(CRITEO_CATEGORICAL):
-        ids = np.arange(1, gen.cardinalities[f])
-        raw = pa.array(render_ids(f, ids)).cast(pa.string())
-        values = pa.concat_arrays([pa.array([MISSING_VALUE], pa.string()), raw])
-        save_id_values(vocab_dir, name, values)
+        raw = pa.array(render_ids(f, np.arange(1, cardinalities[f]))).cast(pa.string())
+        fields[name] = pa.concat_arrays([pa.array([MISSING_VALUE], pa.string()), raw])
+    return Vocabularies.from_id_values(fields)
+
+
+def _id_maps(own: Vocabularies, given: Vocabularies) -> list[np.ndarray] | None:
+    """Per field ``int32[own card]``: generated id -> id in ``given`` (``None`` if equal)."""
+    if given.names != own.names:
+        raise ValueError(f"the model's vocabulary has categorical fields {given.names}, the "
+                         f"synthetic data {own.names}")  # fmt: skip
+    if not own.disagreeing(given):
+        return None
+    maps = []
+    for name in own.names:
+        values = own[name].values
+        column = CodedColumn(values, np.arange(len(values), dtype=np.int32))
+        maps.append(np.concatenate([[MISSING_ID], given[name].encode(column)]).astype(np.int32))
+    return maps
+
+
+def _write_vocab(vocab: Vocabularies, out_dir: Path) -> None:
+    for name in vocab.names:
+        save_id_values(out_dir / VOCAB_DIRNAME, name, vocab.id_values(name))
+    vocab.save(out_dir / VOCABULARY_FILENAME)
 
 
 def write_synthetic_splits(
-    config: SyntheticConfig, sizes: dict[str, int], out_dir: Path, final_dir: Path
+    config: SyntheticConfig,
+    sizes: dict[str, int],
+    out_dir: Path,
+    final_dir: Path,
+    vocabularies: Vocabularies | None = None,
 ) -> FeatureSchema:
     """Generate each split in chunks of :data:`CHUNK_ROWS` rows and write it.
 
@@ -55,6 +83,8 @@ def write_synthetic_splits(
         sizes: rows per split, e.g. ``{"train": 1_000_000, "val": 100_000, "test": 100_000}``.
         out_dir: directory being written.
         final_dir: where it will live (for ``metadata["vocab_dir"]``).
+        vocabularies: a model's vocabularies: generated ids are mapped through their raw
+            values to the model's ids (unknown values -> 0, counted).
 
     Returns:
         The schema; ``metadata`` holds the synthetic config (to rebuild the click model), the
@@ -64,15 +94,20 @@ def write_synthetic_splits(
 
     """
     gen = SyntheticClickModel(config)
-    oracle, splits = {}, {}
+    own = synthetic_vocabulary(gen.cardinalities)
+    maps = None if vocabularies is None else _id_maps(own, vocabularies)
+    vocab = own if vocabularies is None else vocabularies
+    oracle, splits, unseen = {}, {}, {}
     progress = tqdm(total=sum(sizes.values()), desc="synthetic", unit="rows")
     for split, n in sizes.items():
         probs, labels = [], []
+        unseen[split] = np.zeros(len(CRITEO_CATEGORICAL), np.int64)
         schema = split_schema(len(CRITEO_DENSE), len(CRITEO_CATEGORICAL), True, True)
         with SplitWriter(out_dir / f"{split}.arrow", schema) as writer:
             for chunk, start in enumerate(range(0, n, CHUNK_ROWS)):
                 rows = gen.rows(split, chunk, min(CHUNK_ROWS, n - start))
-                writer.write(np.log1p(rows.dense), rows.sparse, rows.label, rows.prob)
+                sparse = rows.sparse if maps is None else _remap(rows.sparse, maps, unseen[split])
+                writer.write(np.log1p(rows.dense), sparse, rows.label, rows.prob)
                 probs.append(rows.prob)
                 labels.append(rows.label)
                 progress.update(rows.sparse.shape[0])
@@ -80,8 +115,8 @@ def write_synthetic_splits(
             oracle[split] = ctr_summary(np.concatenate(probs), np.concatenate(labels))
         splits[split] = {"rows": n, "labeled": True, "skipped_rows": 0}
     progress.close()
-    _write_vocab(gen, out_dir / VOCAB_DIRNAME)
-    fields = [CategoricalField(name, c) for name, c in zip(CRITEO_CATEGORICAL, gen.cardinalities,
+    _write_vocab(vocab, out_dir)
+    fields = [CategoricalField(name, c) for name, c in zip(CRITEO_CATEGORICAL, vocab.cardinalities,
                                                              strict=True)]  # fmt: skip
     metadata = {
         "source": "synthetic",
@@ -93,8 +128,24 @@ def write_synthetic_splits(
         "skipped_rows": 0,
         "missing_id": MISSING_ID,
         "vocab_dir": str(final_dir / VOCAB_DIRNAME),
+        "vocabulary": vocab.fingerprints(),
+        "vocabulary_given": vocabularies is not None,
     }
+    if maps is not None:
+        metadata["unseen_values"] = {
+            s: dict(zip(CRITEO_CATEGORICAL, u.tolist(), strict=True)) for s, u in unseen.items()
+        }
+        for s, u in metadata["unseen_values"].items():
+            report_unseen(s, sizes[s], u)
     return FeatureSchema(CRITEO_DENSE, tuple(fields), CRITEO_LABEL, metadata)
+
+
+def _remap(sparse: np.ndarray, maps: list[np.ndarray], unseen: np.ndarray) -> np.ndarray:
+    out = np.empty_like(sparse)
+    for f, table in enumerate(maps):
+        out[:, f] = table[sparse[:, f]]
+        unseen[f] += np.count_nonzero((out[:, f] == MISSING_ID) & (sparse[:, f] != MISSING_ID))
+    return out
 
 
 def click_model_from_schema(schema: FeatureSchema) -> SyntheticClickModel:
@@ -197,7 +248,9 @@ class SyntheticCTRDataModule(ArrowDataModule):
 
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
         """Generate the splits into ``out_dir``."""
-        return write_synthetic_splits(self.synthetic, self.sizes, out_dir, final_dir)
+        return write_synthetic_splits(
+            self.synthetic, self.sizes, out_dir, final_dir, self.given_vocabulary
+        )
 
     def click_model(self) -> SyntheticClickModel:
         """The click model of this data (true latents via ``item_latents(field)``)."""

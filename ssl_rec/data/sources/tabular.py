@@ -205,7 +205,14 @@ class TabularDataModule(ArrowDataModule):
         split_files, files = self._files()
         reader = PartReader(self._read, split_files, self.options)
         layout = Layout(tuple(self.dense), tuple(self.categorical), self.label)
-        return preprocess(reader, files, layout, self.options, out_dir, final_dir)
+        return preprocess(reader, files, layout, self.options, out_dir, final_dir,
+                          self.given_vocabulary)  # fmt: skip
+
+    def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
+        """``columns`` of ``split``'s rows as read from the files (text, or Parquet types)."""
+        split_files, files = self._files()
+        reader = PartReader(self._read, split_files, self.options)
+        return reader.raw_columns(split, files, lambda p: _read_any(Path(p), columns, False)[0])
 
     def _read(self, path: str) -> RawPart:
         label = self.label if column_names(path).count(self.label) else None

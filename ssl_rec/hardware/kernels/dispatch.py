@@ -1,9 +1,20 @@
-"""Pick the compiled kernels, else the pure-torch reference with one warning.
+"""Pick the compiled kernels, else the pure-torch reference; never a silent slowdown.
 
 The C++/OpenMP extension is built with ``torch.utils.cpp_extension.load`` on first use and
-cached in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/ssl_rec/torch_extensions``).
-``SSL_REC_KERNELS=reference`` forces the reference; ``SSL_REC_KERNELS=compiled`` makes a
-failed build an error instead of a fallback.
+cached in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/ssl_rec/torch_extensions``) under a
+name keyed by the sources, the compiler flags, the torch version and the CPU's features,
+so a home directory shared by different machines never loads a binary built for another
+CPU. One binary holds portable, AVX2 and AVX-512 variants of the row kernels; the widest
+the CPU runs is used.
+
+Environment:
+    ``SSL_REC_KERNELS``: ``auto`` (default) uses the compiled kernels; if they cannot be
+    built, lookups fall back to the reference with one warning, and training low-precision
+    or cached tables raises (the reference is ~1000x slower there). ``compiled`` makes a
+    failed build an error; ``reference`` forces the reference everywhere (the documented
+    override for training without a compiler).
+    ``SSL_REC_SIMD``: ``portable | avx2 | avx512`` caps the compiled variant (default: the
+    widest the CPU has).
 """
 
 from __future__ import annotations
@@ -11,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -18,15 +30,53 @@ from types import ModuleType
 import torch
 
 from ssl_rec.hardware.kernels import reference
-from ssl_rec.hardware.kernels.layout import TableTensors
+from ssl_rec.hardware.kernels.compiled import CompiledKernels
 
 _CSRC_DIR = Path(__file__).parent / "csrc"
-_CSRC = _CSRC_DIR / "embedding_ops.cpp"  # includes row_format.cpp
+_SOURCES = ("simd_variants.cpp", "checks.cpp", "admission.cpp", "gather_update.cpp", "module.cpp")
+# fp-contract=off keeps the training kernels bit-identical to the reference (no FMA); no
+# -march: the binary's AVX2/AVX-512 variants carry their own target attributes. GCC would
+# turn the 256-byte row copies into memmove calls.
+_CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-tree-loop-distribute-patterns")
 _CHOICES = ("auto", "compiled", "reference")
+SIMD_LEVELS = {"portable": 0, "avx2": 1, "avx512": 2}
 
-_NO_SLOTS = torch.empty(0, dtype=torch.int32)
+__all__ = [
+    "SIMD_LEVELS",
+    "CompiledKernels",
+    "KernelsUnavailableError",
+    "build_key",
+    "get_kernels",
+    "load_compiled",
+    "require_training_kernels",
+]
 
-__all__ = ["CompiledKernels", "get_kernels", "load_compiled"]
+
+class KernelsUnavailableError(RuntimeError):
+    """The compiled kernels cannot be built and the caller needs them."""
+
+
+def _cpu_features() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip().lower()
+        if key in ("flags", "features"):
+            return " ".join(sorted(line.split(":", 1)[1].split()))
+    return platform.processor()
+
+
+def build_key() -> str:
+    """Hash of what the binary depends on: sources, flags, torch, machine and CPU features."""
+    h = hashlib.sha1()
+    for path in sorted(_CSRC_DIR.iterdir()):
+        if path.suffix in (".cpp", ".h"):
+            h.update(path.name.encode() + path.read_bytes())
+    for part in (*_CFLAGS, torch.__version__, platform.machine(), _cpu_features()):
+        h.update(part.encode())
+    return h.hexdigest()[:12]
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,114 +84,87 @@ def load_compiled() -> ModuleType:
     """Build (once per machine) and import the C++ extension; raises if the build fails.
 
     Returns:
-        The extension module with ``forward``, ``train_forward``, ``update``,
-        ``bag_lookup`` and ``row_bytes``.
+        The extension module (``admit``, ``gather``, ``update``, ``lookup``,
+        ``bag_lookup``, ``row_bytes``, ``simd_level``, ...), its variant set by
+        ``SSL_REC_SIMD``.
 
     """
     from torch.utils import cpp_extension
 
     default = Path.home() / ".cache" / "ssl_rec" / "torch_extensions"
     build_root = Path(os.environ.get("TORCH_EXTENSIONS_DIR", default))
-    # torch only rebuilds when a listed source changes; the included file counts through
-    # the content hash in the name.
-    digest = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(_CSRC_DIR.glob("*.cpp"))))
-    name = f"ssl_rec_embedding_ops_{digest.hexdigest()[:10]}"
+    name = f"ssl_rec_embedding_ops_{build_key()}"
     build_dir = build_root / name
     build_dir.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
+    ext = cpp_extension.load(
         name=name,
-        sources=[str(_CSRC)],
+        sources=[str(_CSRC_DIR / s) for s in _SOURCES],
         build_directory=str(build_dir),
-        # fp-contract=off keeps the training kernels bit-identical to the reference.
-        extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffp-contract=off"],
+        extra_cflags=list(_CFLAGS),
         extra_ldflags=["-fopenmp"],
         verbose=False,
     )
+    simd = os.environ.get("SSL_REC_SIMD")
+    if simd is not None:
+        if simd not in SIMD_LEVELS:
+            raise ValueError(f"SSL_REC_SIMD={simd!r} is not one of {list(SIMD_LEVELS)}")
+        ext.set_simd_level(min(SIMD_LEVELS[simd], ext.max_simd_level()))
+    return ext
 
 
-class CompiledKernels:
-    """The compiled kernels behind the same Python interface as ``reference``."""
-
-    def __init__(self, ext: ModuleType) -> None:
-        self._ext = ext
-
-    def forward(self, t: TableTensors, ids: torch.Tensor) -> torch.Tensor:
-        """See :func:`reference.forward`."""
-        return self._ext.forward(t.stores, t.cache_rows, t.cache_tags, t.meta, ids)
-
-    def train_forward(
-        self, t: TableTensors, ids: torch.Tensor, seed: int, step: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """See :func:`reference.train_forward`."""
-        out, slots = self._ext.train_forward(
-            t.stores, t.cache_rows, t.cache_tags, t.cache_state, t.stats, t.meta, ids, seed, step
-        )
-        return out, slots
-
-    def update(
-        self,
-        t: TableTensors,
-        ids: torch.Tensor,
-        grad: torch.Tensor,
-        seed: int,
-        step: int,
-        slots: torch.Tensor | None = None,
-    ) -> None:
-        """See :func:`reference.update`."""
-        self._ext.update(
-            t.stores,
-            t.cache_rows,
-            t.cache_tags,
-            t.stats,
-            t.momentum,
-            t.meta,
-            t.hparams,
-            ids,
-            grad.contiguous(),
-            _NO_SLOTS if slots is None else slots,
-            seed,
-            step,
-        )
-
-    def bag_lookup(
-        self,
-        store: torch.Tensor,
-        bits: int,
-        indices: torch.Tensor,
-        offsets: torch.Tensor,
-        dim: int,
-    ) -> torch.Tensor:
-        """See :func:`reference.bag_lookup`."""
-        return self._ext.bag_lookup(store, bits, indices, offsets, dim)
+def _mode() -> str:
+    choice = os.environ.get("SSL_REC_KERNELS", "auto")
+    if choice not in _CHOICES:
+        raise ValueError(f"SSL_REC_KERNELS={choice!r} is not one of {list(_CHOICES)}")
+    return choice
 
 
 @functools.lru_cache(maxsize=1)
-def _auto() -> ModuleType | CompiledKernels:
+def _auto() -> tuple[ModuleType | CompiledKernels, str | None]:
     try:
-        return CompiledKernels(load_compiled())
-    except Exception as err:  # noqa: BLE001 - any build failure falls back, loudly once
+        return CompiledKernels(load_compiled()), None
+    except Exception as err:  # noqa: BLE001 - any build failure is reported, see below
+        reason = f"{type(err).__name__}: {err}".strip()
         warnings.warn(
-            f"ssl_rec compiled embedding kernels unavailable ({type(err).__name__}: {err}); "
-            "using the slow pure-torch reference kernels",
+            f"ssl_rec compiled embedding kernels unavailable ({reason}); lookups use the "
+            "pure-torch reference kernels, and training low-precision tables needs "
+            "SSL_REC_KERNELS=reference",
             RuntimeWarning,
             stacklevel=3,
         )
-        return reference
+        return reference, reason
 
 
 def get_kernels() -> ModuleType | CompiledKernels:
     """The kernels to use, chosen by ``SSL_REC_KERNELS`` (``auto | compiled | reference``).
 
     Returns:
-        ``reference`` (a module) or a :class:`CompiledKernels`; both expose ``forward``,
-        ``train_forward``, ``update`` and ``bag_lookup`` with the same signatures.
+        ``reference`` (a module) or a :class:`CompiledKernels`; both expose ``admit``,
+        ``gather``, ``update``, ``forward`` and ``bag_lookup`` with the same signatures.
 
     """
-    choice = os.environ.get("SSL_REC_KERNELS", "auto")
-    if choice not in _CHOICES:
-        raise ValueError(f"SSL_REC_KERNELS={choice!r} is not one of {list(_CHOICES)}")
+    choice = _mode()
     if choice == "reference":
         return reference
     if choice == "compiled":
         return CompiledKernels(load_compiled())
-    return _auto()
+    return _auto()[0]
+
+
+def require_training_kernels(what: str) -> ModuleType | CompiledKernels:
+    """The kernels for training ``what``, refusing the silent ~1000x slower reference.
+
+    Raises:
+        KernelsUnavailableError: In ``auto`` mode when the compiled kernels cannot be built;
+            ``SSL_REC_KERNELS=reference`` accepts the reference explicitly.
+
+    """
+    kernels = get_kernels()
+    if kernels is reference and _mode() == "auto":
+        raise KernelsUnavailableError(
+            f"training {what} needs the compiled kernels, which could not be built "
+            f"({_auto()[1]}); the pure-torch reference is ~1000x slower there. Install a C++ "
+            "compiler with OpenMP (e.g. g++) and ninja, or set SSL_REC_KERNELS=reference to "
+            "train with the reference anyway"
+        )
+    return kernels

@@ -28,7 +28,7 @@ CACHE_WAYS = 8
 EMPTY_TAG = -1
 LFU_MAX = 255
 
-__all__ = ["CACHE_WAYS", "TableTensors"]
+__all__ = ["CACHE_WAYS", "Plan", "TableTensors"]
 
 
 class TableTensors(NamedTuple):
@@ -54,3 +54,21 @@ class TableTensors(NamedTuple):
     momentum: list[torch.Tensor]
     meta: torch.Tensor
     hparams: torch.Tensor
+
+
+class Plan(NamedTuple):
+    """An admitted batch: what ``admit`` decided, read by ``gather`` and ``update``.
+
+    Attributes:
+        rows: int64[T, B]: row t holds table t's ``num_unique[t]`` unique ids first, in
+            first-occurrence order.
+        num_unique: int64[T] unique ids per table.
+        inverse: int32[B, T]: index of each sample's id among its table's unique ids.
+        slots: int32[T, B]: cache slot each unique id got (-1: uncached for this batch).
+
+    """
+
+    rows: torch.Tensor
+    num_unique: torch.Tensor
+    inverse: torch.Tensor
+    slots: torch.Tensor

@@ -1,20 +1,29 @@
 """Pure-torch reference kernels: the oracle every compiled kernel must match.
 
-The arithmetic is written operation by operation in the same order as
-``csrc/embedding_ops.cpp`` (sums over samples in sample order, sums over columns in column
-order, no fused multiply-add), so the compiled kernels reproduce it bit for bit and
-integer stores match exactly. Cache management is inherently sequential and is a Python
-loop here: use this module on small batches only.
+The arithmetic is written operation by operation in the order of ``csrc/`` (gradient sums
+in sample order, the Adagrad sum of squares in 16 lanes then pairwise, no fused
+multiply-add), so the compiled kernels reproduce it bit for bit and integer stores match
+exactly. Cache admission is a Python loop (``replacement.py``): use this module on small
+batches only.
+
+A training step is ``plan = admit(...)`` (dedup of each table's ids, cache admission with
+eviction write-back), ``gather(plan)`` (the values) and, in backward, ``update(plan, grad)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from ssl_rec.hardware.kernels.checks import (
+    check_bag,
+    check_grad,
+    check_ids,
+    check_plan,
+    check_tables,
+)
 from ssl_rec.hardware.kernels.layout import (
-    CACHE_WAYS,
-    EMPTY_TAG,
-    LFU_MAX,
     META_DIM,
     META_KIND,
     META_OPTIMIZER,
@@ -23,8 +32,10 @@ from ssl_rec.hardware.kernels.layout import (
     META_ROW_STRIDE,
     META_STOCHASTIC,
     META_STREAM,
+    Plan,
     TableTensors,
 )
+from ssl_rec.hardware.kernels.replacement import assign_slots
 from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.stochastic_rounding import (
@@ -34,7 +45,9 @@ from ssl_rec.hardware.stochastic_rounding import (
     stream_key,
 )
 
-__all__ = ["bag_lookup", "find_slots", "forward", "train_forward", "update"]
+LANES = 16
+
+__all__ = ["admit", "bag_lookup", "find_slots", "forward", "gather", "update"]
 
 
 def find_slots(tags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -57,174 +70,183 @@ def find_slots(tags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return torch.where(match.any(dim=1), sets * tags.shape[1] + way, torch.full_like(rows, -1))
 
 
-def _lookup_table(t: TableTensors, i: int, rows: torch.Tensor) -> torch.Tensor:
-    kind, dim = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_DIM])
-    values = dequantize_rows(t.stores[i][rows], kind, dim)
-    slots = find_slots(t.cache_tags[i], rows)
+def _kind(t: TableTensors, i: int) -> Precision:
+    return Precision.from_code(int(t.meta[i, META_KIND]))
+
+
+def _values(t: TableTensors, i: int, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """float32[n, D] values of rows held in ``slots`` (int64[n], -1: read the store)."""
+    values = dequantize_rows(t.stores[i][rows], _kind(t, i), int(t.meta[i, META_DIM]))
     hit = slots >= 0
-    if hit.any():
-        values[hit] = t.cache_rows[i][slots[hit]]
+    values[hit] = t.cache_rows[i][slots[hit]]
     return values
 
 
+def _current_slots(t: TableTensors, i: int, rows: torch.Tensor, hints: torch.Tensor):
+    tags = t.cache_tags[i]
+    if tags.shape[0] == 0:
+        return torch.full_like(rows, -1)
+    hints = hints.to(torch.int64)
+    valid = hints >= 0
+    holds = torch.zeros_like(valid)
+    flat = tags.reshape(-1).to(torch.int64)
+    holds[valid] = flat[hints[valid]] == rows[valid] // tags.shape[0]
+    return torch.where(holds, hints, find_slots(tags, rows))
+
+
 def forward(t: TableTensors, ids: torch.Tensor) -> torch.Tensor:
-    """Cache lookup + dequantize for every table, one id per (sample, table).
+    """Eval lookup (cache, else dequantized store) for every table; no side effects.
 
     Args:
         t: The tables.
-        ids: int64[B, T] table-local row ids (validated by the caller).
+        ids: int64[B, T] table-local row ids.
 
     Returns:
         float32[B, T, D].
 
     """
-    cols = [_lookup_table(t, i, ids[:, i]) for i in range(ids.shape[1])]
-    return torch.stack(cols, dim=1)
+    check_ids(ids, check_tables(t))
+    dim = int(t.meta[0, META_DIM]) if ids.shape[1] else 0
+    cols = [
+        _values(t, i, ids[:, i], find_slots(t.cache_tags[i], ids[:, i]))
+        for i in range(ids.shape[1])
+    ]
+    return torch.stack(cols, dim=1) if cols else torch.empty(ids.shape[0], 0, dim)
 
 
-def _plru_touch(bits: int, way: int) -> int:
-    node = 0
-    for level in range(3):
-        right = (way >> (2 - level)) & 1
-        bits = (bits & ~(1 << node)) | ((1 - right) << node)
-        node = 2 * node + 1 + right
-    return bits
+def _dedupe(col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Unique rows in first-occurrence order, each sample's index, samples per row."""
+    uniq, inv, counts = torch.unique(col, return_inverse=True, return_counts=True)
+    first = torch.full((len(uniq),), len(col), dtype=torch.int64)
+    first.scatter_reduce_(0, inv, torch.arange(len(col)), reduce="amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    return uniq[order], rank[inv], counts[order]
 
 
-def _plru_victim(bits: int) -> int:
-    node, way = 0, 0
-    for _ in range(3):
-        right = (bits >> node) & 1
-        way = (way << 1) | right
-        node = 2 * node + 1 + right
-    return way
-
-
-def _touch(state: torch.Tensor, policy: int, s: int, way: int, fresh: bool) -> None:
-    if policy == 0:
-        state[s, 0] = _plru_touch(int(state[s, 0]), way)
+def _admit_table(t: TableTensors, i: int, col, seed: int, step: int, locks, plan: Plan) -> None:
+    rows, inverse, counts = _dedupe(col)
+    u = len(rows)
+    plan.rows[i, :u], plan.inverse[:, i], plan.num_unique[i] = rows, inverse.int(), u
+    if t.cache_tags[i].shape[0] == 0:
         return
-    if fresh:
-        state[s, way] = 1
-        return
-    if int(state[s, way]) >= LFU_MAX:
-        state[s] = state[s] // 2  # aging keeps counts bounded and lets old favourites go
-    state[s, way] += 1
+    lock_slots = [p.slots[i, : int(p.num_unique[i])] for p in locks]
+    policy = int(t.meta[i, META_POLICY])
+    slots, evicts, loads, counters = assign_slots(
+        t.cache_tags[i], t.cache_state[i], policy, rows, counts, lock_slots
+    )
+    plan.slots[i, :u] = slots
+    t.stats[i][:3] += torch.tensor(counters)
+    kind, cache, store = _kind(t, i), t.cache_rows[i], t.stores[i]
+    key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_EVICT, step)
+    offset, sr = int(t.meta[i, META_ROW_OFFSET]), bool(t.meta[i, META_STOCHASTIC])
+    stride = int(t.meta[i, META_ROW_STRIDE])
+    for slot, old in evicts:
+        if not 0 <= old < store.shape[0]:
+            raise ValueError(f"table {i}: cache slot {slot} names no row (corrupt cache state)")
+        rk = row_keys(key, torch.tensor([offset + old * stride])) if sr else None
+        store[old] = quantize_rows(cache[slot : slot + 1], kind, rk)[0]
+    for slot, row in loads:
+        cache[slot] = dequantize_rows(store[row : row + 1], kind, cache.shape[1])[0]
 
 
-def _victim(tags: torch.Tensor, state: torch.Tensor, policy: int, s: int) -> int:
-    empty = (tags[s] == EMPTY_TAG).nonzero()
-    if len(empty):
-        return int(empty[0])
-    if policy == 0:
-        return _plru_victim(int(state[s, 0]))
-    return int(state[s].to(torch.int64).argmin())
-
-
-def _admit_table(
+def admit(
     t: TableTensors,
-    i: int,
-    rows: torch.Tensor,
+    ids: torch.Tensor,
     seed: int,
     step: int,
-    values: torch.Tensor,
-    slots: torch.Tensor,
-) -> None:
-    """Admit ``rows`` int64[B] into table ``i``'s cache.
+    locks: Sequence[Plan] = (),
+    parallel: bool = True,
+) -> Plan:
+    """Cache admission of a batch (see ``replacement.py`` for the policy).
 
-    ``values`` float32[B, D] receives each row's FP32 value right after its admission and
-    ``slots`` int32[B] its slot (-1 without cache).
-    """
-    tags, state, cache = t.cache_tags[i], t.cache_state[i], t.cache_rows[i]
-    num_sets = tags.shape[0]
-    if num_sets == 0:
-        values.copy_(_lookup_table(t, i, rows))
-        slots.fill_(-1)
-        return
-    kind, policy = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_POLICY])
-    stochastic, offset = bool(t.meta[i, META_STOCHASTIC]), int(t.meta[i, META_ROW_OFFSET])
-    stride = int(t.meta[i, META_ROW_STRIDE])
-    key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_EVICT, step)
-    for b, row in enumerate(rows.tolist()):
-        s, quot = row % num_sets, row // num_sets
-        hits = (tags[s] == quot).nonzero()
-        if len(hits):
-            t.stats[i][0] += 1
-            _touch(state, policy, s, int(hits[0]), fresh=False)
-            _record(values, slots, b, cache, s * CACHE_WAYS + int(hits[0]))
-            continue
-        t.stats[i][1] += 1
-        way = _victim(tags, state, policy, s)
-        slot = s * CACHE_WAYS + way
-        if int(tags[s, way]) != EMPTY_TAG:
-            old = int(tags[s, way]) * num_sets + s
-            rk = row_keys(key, torch.tensor([offset + old * stride])) if stochastic else None
-            t.stores[i][old] = quantize_rows(cache[slot : slot + 1], kind, rk)[0]
-            t.stats[i][2] += 1
-        cache[slot] = dequantize_rows(t.stores[i][row : row + 1], kind, cache.shape[1])[0]
-        tags[s, way] = quot
-        _touch(state, policy, s, way, fresh=True)
-        _record(values, slots, b, cache, slot)
-
-
-def _record(values, slots, b: int, cache: torch.Tensor, slot: int) -> None:
-    values[b] = cache[slot]
-    slots[b] = slot
-
-
-def train_forward(
-    t: TableTensors, ids: torch.Tensor, seed: int, step: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training forward: cache admission and :func:`forward` fused into one pass.
-
-    Ids are processed in sample order; a miss takes an empty way, else the pseudo-LRU
-    victim (``lru``) or the least-frequent way (``lfu``); the victim's FP32 row is written
-    to the store with stochastic rounding (purpose ``PURPOSE_EVICT``).
-
-    Each output is the row's FP32 value right after its admission (a row evicted again
-    later in the same batch keeps its cached value, not the re-quantized store value).
+    Each table's ids are deduplicated (first-occurrence order); cached tables admit their
+    unique rows: a victim's FP32 row is written back to the store with stochastic rounding
+    (purpose ``PURPOSE_EVICT``) and the new row loaded. Statistics count samples: a miss
+    that is admitted counts once, its batch's other samples as hits.
 
     Args:
-        t: The tables (caches and stores are modified in place).
+        t: The tables (caches, stores and statistics are modified in place).
         ids: int64[B, T] table-local row ids.
         seed: RNG seed.
-        step: Step counter for the RNG (purpose ``PURPOSE_EVICT``).
+        step: Step counter for the RNG.
+        locks: Plans still waiting for their backward: their rows are not evicted.
+        parallel: Ignored (the compiled kernels' threading switch).
 
     Returns:
-        float32[B, T, D] values and int32[B, T] cache slots (-1 for uncached tables), the
-        slots being hints for :func:`update`.
+        The :class:`Plan` that ``gather`` and ``update`` read.
 
     """
-    dim = int(t.meta[0, META_DIM]) if ids.shape[1] else 0
-    out = torch.empty(ids.shape[0], ids.shape[1], dim)
-    slots = torch.empty(ids.shape, dtype=torch.int32)
-    for i in range(ids.shape[1]):
-        _admit_table(t, i, ids[:, i], seed, step, out[:, i], slots[:, i])
-    return out, slots
+    shapes = check_tables(t)
+    check_ids(ids, shapes)
+    for p in locks:
+        check_plan(p, t, shapes, "lock plan")
+    n, b = ids.shape[1], ids.shape[0]
+    plan = Plan(
+        torch.zeros(n, b, dtype=torch.int64),
+        torch.zeros(n, dtype=torch.int64),
+        torch.zeros(b, n, dtype=torch.int32),
+        torch.full((n, b), -1, dtype=torch.int32),
+    )
+    for i in range(n):
+        _admit_table(t, i, ids[:, i], seed, step, locks, plan)
+    return plan
 
 
-def _aggregate(rows: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum gradient rows per unique id, in sample order: (int64[U], float32[U, D])."""
-    n = rows.shape[0]
-    order = torch.argsort(rows * n + torch.arange(n))
-    srows = rows[order]
-    uniq, counts = torch.unique_consecutive(srows, return_counts=True)
-    seg = torch.repeat_interleave(torch.arange(len(uniq)), counts)
+def gather(t: TableTensors, plan: Plan) -> torch.Tensor:
+    """Values of an admitted batch: float32[B, T, D], each its row's current value.
+
+    Reads the plan's slots, valid while the plan is pending (its rows are locked), and no
+    cache tag, so it may run beside an admission of another batch.
+    """
+    shapes = check_tables(t)
+    check_plan(plan, t, shapes, "plan")
+    b, n = plan.inverse.shape
+    dim = shapes[0][1] if shapes else 0
+    out = torch.empty(b, n, dim)
+    for i in range(n):
+        u = int(plan.num_unique[i])
+        values = _values(t, i, plan.rows[i, :u], plan.slots[i, :u].long())
+        out[:, i] = values[plan.inverse[:, i].long()]
+    return out
+
+
+def _aggregate(inverse: torch.Tensor, grad: torch.Tensor, u: int) -> torch.Tensor:
+    """float32[U, D]: each unique row's gradient rows summed in sample order (first as is)."""
+    n = inverse.shape[0]
+    order = torch.argsort(inverse * n + torch.arange(n))
+    counts = torch.bincount(inverse, minlength=u)
     rank = torch.arange(n) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-    acc = torch.zeros(len(uniq), grad.shape[1], dtype=torch.float32)
+    seg = inverse[order]
+    acc = torch.zeros(u, grad.shape[1], dtype=torch.float32)
     for r in range(int(counts.max()) if n else 0):
         m = rank == r
-        acc[seg[m]] = acc[seg[m]] + grad[order[m]]
-    return uniq, acc
+        acc[seg[m]] = grad[order[m]] if r == 0 else acc[seg[m]] + grad[order[m]]
+    return acc
+
+
+def _sum_squares(acc: torch.Tensor) -> torch.Tensor:
+    """Row sums of squares in the kernels' order: 16 lanes over columns, then pairwise."""
+    u, dim = acc.shape
+    padded = torch.zeros(u, -(-dim // LANES) * LANES)
+    padded[:, :dim] = acc
+    chunks = padded.view(u, -1, LANES)
+    lanes = torch.zeros(u, LANES)
+    for c in range(chunks.shape[1]):
+        lanes = lanes + chunks[:, c] * chunks[:, c]
+    width = LANES // 2
+    while width:
+        lanes = lanes[:, :width] + lanes[:, width : 2 * width]
+        width //= 2
+    return lanes[:, 0]
 
 
 def _multiplier(t: TableTensors, i: int, rows: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
     lr, eps = t.hparams[i, 0], t.hparams[i, 1]
     if int(t.meta[i, META_OPTIMIZER]) == 0:
         return lr.expand(rows.shape[0])
-    sumsq = torch.zeros(rows.shape[0], dtype=torch.float32)
-    for d in range(acc.shape[1]):
-        sumsq = sumsq + acc[:, d] * acc[:, d]
+    sumsq = _sum_squares(acc)
     mom = t.momentum[i][rows] + sumsq / torch.full_like(sumsq, float(acc.shape[1]))
     t.momentum[i][rows] = mom
     # float64 sqrt rounded once to float32 is the correctly rounded float32 sqrt (what the
@@ -232,15 +254,18 @@ def _multiplier(t: TableTensors, i: int, rows: torch.Tensor, acc: torch.Tensor) 
     return lr / (torch.sqrt(mom.double()).float() + eps)
 
 
-def _update_table(t: TableTensors, i: int, rows, grad, seed: int, step: int) -> None:
-    uniq, acc = _aggregate(rows, grad)
-    step_rows = _multiplier(t, i, uniq, acc)[:, None] * acc
-    slots = find_slots(t.cache_tags[i], uniq)
+def _update_table(t: TableTensors, i: int, plan: Plan, grad, seed: int, step: int) -> None:
+    u = int(plan.num_unique[i])
+    acc = _aggregate(plan.inverse[:, i].long(), grad[:, i, :], u)
+    live = ~(acc == 0).all(dim=1)  # rows whose gradient is exactly zero are not touched
+    rows, acc = plan.rows[i, :u][live], acc[live]
+    step_rows = _multiplier(t, i, rows, acc)[:, None] * acc
+    slots = _current_slots(t, i, rows, plan.slots[i, :u][live])
     hit = slots >= 0
     cache = t.cache_rows[i]
     cache[slots[hit]] = cache[slots[hit]] - step_rows[hit]
-    miss_rows = uniq[~hit]
-    kind, dim = Precision.from_code(int(t.meta[i, META_KIND])), int(t.meta[i, META_DIM])
+    miss_rows = rows[~hit]
+    kind, dim = _kind(t, i), int(t.meta[i, META_DIM])
     new = dequantize_rows(t.stores[i][miss_rows], kind, dim) - step_rows[~hit]
     rk = None
     if bool(t.meta[i, META_STOCHASTIC]):
@@ -251,47 +276,46 @@ def _update_table(t: TableTensors, i: int, rows, grad, seed: int, step: int) -> 
     t.stats[i][3] += len(miss_rows)
 
 
-def update(
-    t: TableTensors,
-    ids: torch.Tensor,
-    grad: torch.Tensor,
-    seed: int,
-    step: int,
-    slots: torch.Tensor | None = None,
-) -> None:
-    """Fused backward: aggregate per unique row, optimizer step, write cache or store.
+def update(t: TableTensors, plan: Plan, grad: torch.Tensor, seed: int, step: int) -> None:
+    """Fused backward: per-row gradient sum, optimizer step, cache or store write.
+
+    Rows whose summed gradient is exactly zero (e.g. masked fields) are skipped. Cached rows
+    are updated exactly in FP32, uncached ones in the store with stochastic rounding
+    (purpose ``PURPOSE_UPDATE``).
 
     Args:
         t: The tables (modified in place).
-        ids: int64[B, T] table-local row ids.
-        grad: float32[B, T, D] gradient of the forward output.
+        plan: The batch's plan from :func:`admit`.
+        grad: float32[B, T, D] gradient of the gathered output.
         seed: RNG seed.
         step: Step counter for the RNG.
-        slots: int32[B, T] slots from :func:`train_forward`: lookup hints of the compiled
-            kernels, ignored here (results never depend on them).
 
     """
-    for i in range(ids.shape[1]):
-        _update_table(t, i, ids[:, i], grad[:, i, :], seed, step)
+    shapes = check_tables(t)
+    check_plan(plan, t, shapes, "plan")
+    check_grad(grad, plan, shapes)
+    for i in range(len(shapes)):
+        _update_table(t, i, plan, grad, seed, step)
 
 
 def bag_lookup(
     store: torch.Tensor, bits: int, indices: torch.Tensor, offsets: torch.Tensor, dim: int
 ) -> torch.Tensor:
-    """Inference sum-pooled lookup of an INT8/INT4/INT2 store.
+    """Inference sum-pooled lookup of an INT8/INT4 store.
 
     Args:
         store: uint8[R, row_bytes] fused rows.
-        bits: 8, 4 or 2.
-        indices: int64[N] row ids.
-        offsets: int64[B + 1] bag boundaries.
+        bits: 8 or 4.
+        indices: int64[N] row ids in ``[0, R)``.
+        offsets: int64[B + 1] bag boundaries: 0, non-decreasing, ``offsets[-1] == N``.
         dim: Embedding dimension D.
 
     Returns:
         float32[B, D] sums of the dequantized rows of each bag.
 
     """
-    kind = {8: Precision.int8, 4: Precision.int4, 2: Precision.int2}[bits]
+    check_bag(store, bits, indices, offsets, dim)
+    kind = Precision.int8 if bits == 8 else Precision.int4
     values = dequantize_rows(store[indices], kind, dim)
     bags = torch.repeat_interleave(torch.arange(offsets.numel() - 1), offsets.diff())
     return torch.zeros(offsets.numel() - 1, dim).index_add_(0, bags, values)

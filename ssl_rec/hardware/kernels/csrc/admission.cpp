@@ -1,0 +1,229 @@
+// Cache admission of a batch, FBGEMM-style: the ids of each table are deduplicated once, all
+// unique rows are looked up in the cache (hits touched and locked), then the misses take
+// the least recently / frequently used way of their set that no row of this batch (or of
+// a batch still waiting for its backward) holds; a miss whose set has no such way stays
+// uncached for this batch. Then one pass over the list of admissions, known in full, writes
+// each victim back (stochastic rounding) and loads the new row, its DRAM accesses requested
+// ahead so their latencies overlap.
+// Mirrors kernels/reference.py's admit operation by operation.
+#include <algorithm>
+
+#include "ops.h"
+#include "profile.h"
+
+namespace sslrec {
+
+namespace {
+
+inline uint8_t plru_touch(uint8_t bits, int way) {
+  int node = 0;
+  for (int level = 0; level < 3; ++level) {
+    const int right = (way >> (2 - level)) & 1;
+    bits = static_cast<uint8_t>((bits & ~(1 << node)) | ((1 - right) << node));
+    node = 2 * node + 1 + right;
+  }
+  return bits;
+}
+
+// The tree's victim, turning away from any subtree whose ways are all locked.
+inline int plru_victim(uint8_t bits, uint8_t locked) {
+  int node = 0, lo = 0, width = kWays;
+  for (int level = 0; level < 3; ++level) {
+    int right = (bits >> node) & 1;
+    width >>= 1;
+    const int mask = ((1 << width) - 1) << (lo + right * width);
+    if ((locked & mask) == mask) right ^= 1;
+    lo += right * width;
+    node = 2 * node + 1 + right;
+  }
+  return lo;
+}
+
+inline void touch(const TableView& t, int64_t s, int way, bool fresh) {
+  if (t.policy == 0) {
+    t.state[s] = plru_touch(t.state[s], way);
+    return;
+  }
+  uint8_t* cnt = t.state + s * kWays;
+  if (fresh) {
+    cnt[way] = 1;
+    return;
+  }
+  if (cnt[way] >= kLfuMax)  // aging keeps counts bounded and lets old favourites go
+    for (int w = 0; w < kWays; ++w) cnt[w] = cnt[w] / 2;
+  cnt[way] += 1;
+}
+
+// Way of set s a miss takes: the first empty unlocked way, else the policy's choice among
+// the unlocked ways; -1 when all are locked.
+inline int victim(const TableView& t, int64_t s, uint8_t locked) {
+  if (locked == 0xFF) return -1;
+  const int16_t* tags = t.tags + s * kWays;
+  for (int w = 0; w < kWays; ++w)
+    if (tags[w] == -1 && !((locked >> w) & 1)) return w;
+  if (t.policy == 0) return plru_victim(t.state[s], locked);
+  const uint8_t* cnt = t.state + s * kWays;
+  int best = -1;
+  for (int w = 0; w < kWays; ++w)
+    if (!((locked >> w) & 1) && (best < 0 || cnt[w] < cnt[best])) best = w;
+  return best;
+}
+
+// Unique rows of table f's ids in first-occurrence order, each sample's index among them
+// and each row's number of samples. Returns U. An open-addressing table of (row, index)
+// entries, twice the batch in size and left empty for the next call.
+int64_t dedupe(const int64_t* ids, int64_t B, int64_t F, int64_t f, int64_t* urows,
+               int32_t* inverse, int32_t* counts) {
+  struct Entry {
+    int64_t row;
+    int64_t u;
+  };
+  thread_local std::vector<Entry> table;
+  thread_local std::vector<int64_t> pos;
+  int64_t cap = 16;
+  while (cap < 2 * B) cap <<= 1;
+  if (static_cast<int64_t>(table.size()) < cap) table.assign(cap, Entry{-1, 0});
+  if (static_cast<int64_t>(pos.size()) < B) pos.resize(B);
+  const uint64_t mask = static_cast<uint64_t>(cap - 1);
+  int shift = 64;
+  for (int64_t c = cap; c > 1; c >>= 1) --shift;
+  Entry* e = table.data();
+  int64_t U = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t row = ids[b * F + f];
+    uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> shift;
+    while (e[h].row != -1 && e[h].row != row) h = (h + 1) & mask;
+    if (e[h].row == -1) {
+      e[h] = Entry{row, U};
+      pos[U] = static_cast<int64_t>(h);
+      urows[U] = row;
+      counts[U] = 0;
+      ++U;
+    }
+    const int64_t u = e[h].u;
+    ++counts[u];
+    inverse[b * F + f] = static_cast<int32_t>(u);
+  }
+  for (int64_t u = 0; u < U; ++u) e[pos[u]].row = -1;
+  return U;
+}
+
+void lock_plans(const std::vector<Plan>& locks, int64_t f, uint8_t* lock, bool on) {
+  for (const Plan& p : locks) {
+    const int64_t n = p.num_unique.data_ptr<int64_t>()[f];
+    const int32_t* sl = p.slots.data_ptr<int32_t>() + f * p.slots.size(1);
+    for (int64_t u = 0; u < n; ++u)
+      if (sl[u] >= 0) lock[sl[u] / kWays] = on ? lock[sl[u] / kWays] | (1 << (sl[u] % kWays)) : 0;
+  }
+}
+
+struct Admission {
+  int64_t hits = 0, misses = 0, evictions = 0, corrupt_slot = -1;
+  std::vector<Move> moves;
+};
+
+// Hit pass, then miss pass, of one table's unique rows; fills slots and the move lists.
+void assign_slots(const TableView& t, const int64_t* urows, const int32_t* counts, int64_t U,
+                  uint8_t* lock, int32_t* slots, Admission& a) {
+  for (int64_t u = 0; u < U; ++u) {
+    if (u + 8 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 8]) * kWays);
+    const int64_t slot = t.find(urows[u]);
+    slots[u] = static_cast<int32_t>(slot >= 0 ? slot : -2);
+    if (slot < 0) continue;
+    a.hits += counts[u];
+    touch(t, slot / kWays, static_cast<int>(slot % kWays), false);
+    lock[slot / kWays] |= 1 << (slot % kWays);
+  }
+  for (int64_t u = 0; u < U; ++u) {
+    if (slots[u] != -2) continue;
+    const int64_t row = urows[u], s = t.set_of(row);
+    const int way = victim(t, s, lock[s]);
+    if (way < 0) {
+      a.misses += counts[u];
+      slots[u] = -1;
+      continue;
+    }
+    a.misses += 1;
+    a.hits += counts[u] - 1;  // the batch's later samples of the row find it cached
+    const int64_t slot = s * kWays + way;
+    int64_t old = -1;
+    if (t.tags[slot] != -1) {
+      old = static_cast<int64_t>(t.tags[slot]) * t.sets + s;
+      if (t.tags[slot] < -1 || old >= t.rows) {
+        a.corrupt_slot = slot;
+        return;
+      }
+      ++a.evictions;
+    }
+    a.moves.push_back({slot, old, row});
+    t.tags[slot] = static_cast<int16_t>(t.tag_of(row));
+    touch(t, s, way, true);
+    lock[s] |= 1 << way;
+    slots[u] = static_cast<int32_t>(slot);
+  }
+}
+
+void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, int64_t F,
+                 uint32_t key, const std::vector<Plan>& locks, const Plan& out) {
+  int64_t* urows = out.rows.data_ptr<int64_t>() + f * B;
+  int32_t* slots = out.slots.data_ptr<int32_t>() + f * B;
+  thread_local std::vector<int32_t> counts;
+  if (static_cast<int64_t>(counts.size()) < B) counts.resize(B);
+  int64_t U;
+  {
+    PhaseTimer timer(kDedupe);
+    U = dedupe(ids, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
+  }
+  out.num_unique.data_ptr<int64_t>()[f] = U;
+  std::fill(urows + U, urows + B, 0);  // a plan's unused tail is fixed (plans compare equal)
+  std::fill(slots, slots + B, -1);
+  if (t.sets == 0) return;
+  thread_local std::vector<uint8_t> lock;  // per set: ways held by locked rows (all zero between calls)
+  if (static_cast<int64_t>(lock.size()) < t.sets) lock.resize(t.sets, 0);
+  thread_local Admission a;
+  a.hits = a.misses = a.evictions = 0;
+  a.corrupt_slot = -1;
+  a.moves.clear();
+  {
+    PhaseTimer timer(kAssign);
+    lock_plans(locks, f, lock.data(), true);
+    assign_slots(t, urows, counts.data(), U, lock.data(), slots, a);
+    lock_plans(locks, f, lock.data(), false);
+    for (int64_t u = 0; u < U; ++u)
+      if (slots[u] >= 0) lock[slots[u] / kWays] = 0;
+  }
+  TORCH_CHECK_VALUE(a.corrupt_slot < 0, "table ", f, ": cache tag ", t.tags[a.corrupt_slot],
+                    " of slot ", a.corrupt_slot, " names no row of the table's ", t.rows,
+                    " (corrupt cache state)");
+  t.stats[0] += a.hits;
+  t.stats[1] += a.misses;
+  t.stats[2] += a.evictions;
+  PhaseTimer timer(kReplace);
+  variant().replace(t, a.moves.data(), static_cast<int64_t>(a.moves.size()), key);
+}
+
+}  // namespace
+
+Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t step,
+           const std::vector<Plan>& locks, bool parallel) {
+  const std::vector<TableView> ts = table_views(tables);
+  check_ids(ids, ts);
+  for (const Plan& p : locks) check_plan(p, ts, "lock plan");
+  const int64_t B = ids.size(0), F = ids.size(1);
+  Plan out{at::empty({F, B}, at::kLong), at::empty({F}, at::kLong),
+           at::empty({B, F}, at::kInt), at::empty({F, B}, at::kInt)};
+  std::vector<int64_t> order(F);
+  for (int64_t f = 0; f < F; ++f) order[f] = f;
+  // Largest tables first: they have the most unique rows, so the dynamic schedule balances.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return std::min(ts[a].rows, B) > std::min(ts[b].rows, B);
+  });
+  const int64_t* idp = ids.data_ptr<int64_t>();
+  run_tasks(F, order, parallel, [&](int64_t f) {
+    const uint32_t key = stream_key(seed, ts[f].stream, kPurposeEvict, step);
+    admit_table(ts[f], f, idp, B, F, key, locks, out);
+  });
+  return out;
+}
+
+}  // namespace sslrec

@@ -1,0 +1,191 @@
+// Validation of every kernel input: dtypes, shapes, layouts, id and offset ranges. The
+// kernels trust nothing they did not check here.
+#include <string>
+
+#include "ops.h"
+
+namespace sslrec {
+
+namespace {
+
+std::string shape_of(const at::Tensor& x) {
+  return x.defined() ? c10::str(x.scalar_type(), x.sizes()) : std::string("undefined");
+}
+
+void expect(const at::Tensor& x, at::ScalarType dtype, int64_t dims, const std::string& what) {
+  TORCH_CHECK_TYPE(x.defined() && x.scalar_type() == dtype, what, " must be ",
+                   c10::toString(dtype), ", got ", shape_of(x));
+  TORCH_CHECK_VALUE(x.dim() == dims, what, " must have ", dims, " dimensions, got ",
+                    shape_of(x));
+  TORCH_CHECK_VALUE(x.is_contiguous() && x.device().is_cpu(), what,
+                    " must be a contiguous CPU tensor");
+}
+
+void expect_shape(const at::Tensor& x, at::IntArrayRef shape, const std::string& what) {
+  TORCH_CHECK_VALUE(x.sizes() == shape, what, " must have shape ", shape, ", got ",
+                    shape_of(x));
+}
+
+at::ScalarType store_dtype(int64_t kind) {
+  if (kind == kFp32) return at::kFloat;
+  if (kind == kFp16) return at::kHalf;
+  if (kind == kBf16) return at::kBFloat16;
+  return at::kByte;
+}
+
+TableView view_of(const Tables& t, int64_t f) {
+  const std::string name = "table " + std::to_string(f) + ": ";
+  auto m = t.meta.accessor<int64_t, 2>()[f];
+  TableView v;
+  TORCH_CHECK_VALUE(m[kKind] >= 0 && m[kKind] < kNumKinds, name, "unknown format ", m[kKind]);
+  TORCH_CHECK_VALUE(m[kPolicy] == 0 || m[kPolicy] == 1, name, "unknown policy ", m[kPolicy]);
+  TORCH_CHECK_VALUE(m[kOptimizer] == 0 || m[kOptimizer] == 1, name, "unknown optimizer ",
+                    m[kOptimizer]);
+  TORCH_CHECK_VALUE(m[kRows] > 0, name, "rows must be > 0, got ", m[kRows]);
+  TORCH_CHECK_VALUE(m[kDim] > 0 && m[kDim] <= kMaxDim, name, "dim must be in [1, ", kMaxDim,
+                    "], got ", m[kDim]);
+  v.kind = static_cast<int>(m[kKind]);
+  v.policy = static_cast<int>(m[kPolicy]);
+  v.optimizer = static_cast<int>(m[kOptimizer]);
+  v.sr = m[kStochastic] != 0;
+  v.stream = m[kStream];
+  v.offset = m[kRowOffset];
+  v.stride = m[kRowStride];
+  TORCH_CHECK_VALUE(v.stride >= 1, name, "row stride must be >= 1, got ", v.stride);
+  v.rows = m[kRows];
+  v.dim = m[kDim];
+  if (is_int_kind(v.kind))
+    TORCH_CHECK_VALUE(v.dim % (8 / bits_of(v.kind)) == 0, name, "dim ", v.dim,
+                      " does not pack into whole bytes");
+  const int64_t width = v.kind <= kBf16 ? v.dim : row_bytes_of(v.kind, v.dim);
+  expect(t.stores[f], store_dtype(v.kind), 2, name + "store");
+  expect_shape(t.stores[f], {v.rows, width}, name + "store");
+  v.store = static_cast<uint8_t*>(t.stores[f].data_ptr());
+  v.rbytes = row_bytes_of(v.kind, v.dim);
+  expect(t.cache_tags[f], at::kShort, 2, name + "cache tags");
+  v.sets = t.cache_tags[f].size(0);
+  expect_shape(t.cache_tags[f], {v.sets, kWays}, name + "cache tags");
+  expect(t.cache_rows[f], at::kFloat, 2, name + "cache rows");
+  expect_shape(t.cache_rows[f], {v.sets * kWays, v.dim}, name + "cache rows");
+  expect(t.cache_state[f], at::kByte, 2, name + "cache state");
+  expect_shape(t.cache_state[f], {v.sets, v.policy == 0 ? 1 : kWays}, name + "cache state");
+  TORCH_CHECK_VALUE(v.sets == 0 || (v.rows - 1) / v.sets <= 32767, name,
+                    "cache has too few sets for int16 tags");
+  expect(t.stats[f], at::kLong, 1, name + "stats");
+  expect_shape(t.stats[f], {4}, name + "stats");
+  expect(t.momentum[f], at::kFloat, 1, name + "momentum");
+  if (v.optimizer == 1) expect_shape(t.momentum[f], {v.rows}, name + "momentum");
+  v.set_magic_from_sets();
+  if (v.sets > 0) {
+    v.cache = t.cache_rows[f].data_ptr<float>();
+    v.tags = t.cache_tags[f].data_ptr<int16_t>();
+    v.state = t.cache_state[f].data_ptr<uint8_t>();
+  }
+  v.stats = t.stats[f].data_ptr<int64_t>();
+  v.mom = v.optimizer == 1 ? t.momentum[f].data_ptr<float>() : nullptr;
+  v.lr = t.hparams.accessor<float, 2>()[f][0];
+  v.eps = t.hparams.accessor<float, 2>()[f][1];
+  return v;
+}
+
+}  // namespace
+
+std::vector<TableView> table_views(const Tables& t) {
+  expect(t.meta, at::kLong, 2, "meta");
+  TORCH_CHECK_VALUE(t.meta.size(1) == kMetaColumns, "meta must be int64[T, ", kMetaColumns,
+                    "], got ", shape_of(t.meta));
+  const int64_t F = t.meta.size(0);
+  expect(t.hparams, at::kFloat, 2, "hparams");
+  expect_shape(t.hparams, {F, 2}, "hparams");
+  const TensorList* lists[] = {&t.stores, &t.cache_rows, &t.cache_tags,
+                               &t.cache_state, &t.stats, &t.momentum};
+  for (const TensorList* l : lists)
+    TORCH_CHECK_VALUE(static_cast<int64_t>(l->size()) == F, "got ", l->size(),
+                      " tensors in a table list for ", F, " tables");
+  std::vector<TableView> views;
+  for (int64_t f = 0; f < F; ++f) views.push_back(view_of(t, f));
+  for (int64_t f = 1; f < F; ++f)
+    TORCH_CHECK_VALUE(views[f].dim == views[0].dim, "table ", f, ": dim ", views[f].dim,
+                      " differs from table 0's ", views[0].dim);
+  return views;
+}
+
+void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts) {
+  const int64_t F = static_cast<int64_t>(ts.size());
+  expect(ids, at::kLong, 2, "ids");
+  TORCH_CHECK_VALUE(ids.size(1) == F, "ids must be int64[B, ", F, "], got ", shape_of(ids));
+  const int64_t* p = ids.data_ptr<int64_t>();
+  const int64_t B = ids.size(0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t f = 0; f < F; ++f) {
+      const int64_t id = p[b * F + f];
+      TORCH_CHECK_INDEX(id >= 0 && id < ts[f].rows, "table ", f, ": id ", id,
+                        " out of range [0, ", ts[f].rows, ") at sample ", b);
+    }
+}
+
+void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* what) {
+  const int64_t F = static_cast<int64_t>(ts.size());
+  const std::string w(what);
+  expect(p.inverse, at::kInt, 2, w + " inverse");
+  const int64_t B = p.inverse.size(0);
+  expect_shape(p.inverse, {B, F}, w + " inverse");
+  expect(p.rows, at::kLong, 2, w + " rows");
+  expect_shape(p.rows, {F, B}, w + " rows");
+  expect(p.slots, at::kInt, 2, w + " slots");
+  expect_shape(p.slots, {F, B}, w + " slots");
+  expect(p.num_unique, at::kLong, 1, w + " num_unique");
+  expect_shape(p.num_unique, {F}, w + " num_unique");
+  const int64_t* nu = p.num_unique.data_ptr<int64_t>();
+  const int64_t* rows = p.rows.data_ptr<int64_t>();
+  const int32_t* slots = p.slots.data_ptr<int32_t>();
+  const int32_t* inv = p.inverse.data_ptr<int32_t>();
+  for (int64_t f = 0; f < F; ++f) {
+    TORCH_CHECK_VALUE(nu[f] >= 0 && nu[f] <= B, w, ": table ", f, " has ", nu[f],
+                      " unique rows for ", B, " samples");
+    for (int64_t u = 0; u < nu[f]; ++u) {
+      TORCH_CHECK_INDEX(rows[f * B + u] >= 0 && rows[f * B + u] < ts[f].rows, w, ": table ", f,
+                        ": row ", rows[f * B + u], " out of range [0, ", ts[f].rows, ")");
+      TORCH_CHECK_INDEX(slots[f * B + u] >= -1 && slots[f * B + u] < ts[f].sets * kWays, w,
+                        ": table ", f, ": slot ", slots[f * B + u], " out of range");
+    }
+  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t f = 0; f < F; ++f)
+      TORCH_CHECK_INDEX(inv[b * F + f] >= 0 && inv[b * F + f] < nu[f], w, ": sample ", b,
+                        " of table ", f, " points at unique row ", inv[b * F + f], " of ",
+                        nu[f]);
+}
+
+void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableView>& ts) {
+  const int64_t F = static_cast<int64_t>(ts.size());
+  expect(grad, at::kFloat, 3, "grad");
+  expect_shape(grad, {p.inverse.size(0), F, F ? ts[0].dim : 0}, "grad");
+}
+
+void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
+               const at::Tensor& offsets, int64_t dim) {
+  TORCH_CHECK_VALUE(bits == 8 || bits == 4, "bag_lookup: bits must be 8 or 4, got ", bits);
+  expect(store, at::kByte, 2, "store");
+  TORCH_CHECK_VALUE(dim > 0 && dim <= kMaxDim && dim % (8 / bits) == 0 &&
+                        store.size(1) == row_bytes_of(bits == 8 ? kInt8 : kInt4, dim),
+                    "store rows of ", store.size(1), " bytes do not hold ", bits,
+                    "-bit rows of dim ", dim);
+  expect(indices, at::kLong, 1, "indices");
+  expect(offsets, at::kLong, 1, "offsets");
+  const int64_t n = indices.numel(), rows = store.size(0), nb = offsets.numel();
+  TORCH_CHECK_VALUE(nb >= 1, "offsets must hold B + 1 >= 1 bag boundaries");
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  TORCH_CHECK_VALUE(off[0] == 0, "offsets[0] must be 0, got ", off[0]);
+  TORCH_CHECK_VALUE(off[nb - 1] == n, "offsets[-1] must equal the number of indices ", n,
+                    ", got ", off[nb - 1]);
+  for (int64_t b = 0; b + 1 < nb; ++b)
+    TORCH_CHECK_VALUE(off[b] <= off[b + 1], "offsets must be non-decreasing: offsets[", b,
+                      "] = ", off[b], " > offsets[", b + 1, "] = ", off[b + 1]);
+  const int64_t* ix = indices.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    TORCH_CHECK_INDEX(ix[i] >= 0 && ix[i] < rows, "indices[", i, "] = ", ix[i],
+                      " out of range [0, ", rows, ")");
+}
+
+}  // namespace sslrec

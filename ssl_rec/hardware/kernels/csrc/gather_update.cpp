@@ -1,0 +1,137 @@
+// Lookup of an admitted batch (gather), the fused backward (update), the eval lookup and
+// the inference bag lookup: validation, then the work spread over the intra-op threads by
+// table, unique-row chunk or sample range. Every task owns its outputs, so results do not
+// depend on the number of threads.
+#include <algorithm>
+#include <memory>
+
+#include "ops.h"
+#include "profile.h"
+
+namespace sslrec {
+
+namespace {
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+int64_t sample_grain(int64_t B) {
+  return std::max<int64_t>(32, B / (4 * std::max<int64_t>(1, at::get_num_threads())));
+}
+
+// Samples of table f grouped by unique row, in sample order (counting sort of inverse).
+void group_samples(const int32_t* inverse, int64_t B, int64_t F, int64_t f, int64_t U,
+                   std::vector<int32_t>& start, std::vector<int32_t>& order) {
+  start.assign(U + 1, 0);
+  order.resize(B);
+  for (int64_t b = 0; b < B; ++b) ++start[inverse[b * F + f] + 1];
+  for (int64_t u = 0; u < U; ++u) start[u + 1] += start[u];
+  std::vector<int32_t> next(start.begin(), start.end() - 1);
+  for (int64_t b = 0; b < B; ++b) order[next[inverse[b * F + f]]++] = static_cast<int32_t>(b);
+}
+
+}  // namespace
+
+at::Tensor gather(const Tables& tables, const Plan& p) {
+  PhaseTimer timer(kGather);
+  const std::vector<TableView> ts = table_views(tables);
+  check_plan(p, ts, "plan");
+  const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(0);
+  const int64_t dim = F ? ts[0].dim : 0;
+  auto out = at::empty({B, F, dim}, at::kFloat);
+  const int64_t* nu = p.num_unique.data_ptr<int64_t>();
+  std::vector<std::vector<const float*>> src(F);
+  std::vector<std::unique_ptr<float[]>> scratch(F);
+  std::vector<const float* const*> src_of(F);
+  for (int64_t f = 0; f < F; ++f) {
+    src[f].resize(nu[f]);
+    src_of[f] = src[f].data();
+    if (ts[f].kind != kFp32) scratch[f].reset(new float[std::max<int64_t>(1, nu[f] * dim)]);
+  }
+  run_tasks(F, iota(F), true, [&](int64_t f) {
+    variant().sources(ts[f], p.rows.data_ptr<int64_t>() + f * B,
+                      p.slots.data_ptr<int32_t>() + f * B, nu[f], src[f].data(),
+                      scratch[f].get());
+  });
+  const int32_t* inv = p.inverse.data_ptr<int32_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    variant().gather(src_of.data(), inv, F, dim, b0, b1, op);
+  });
+  return out;
+}
+
+void update(const Tables& tables, const Plan& p, const at::Tensor& grad, int64_t seed,
+            int64_t step) {
+  const std::vector<TableView> ts = table_views(tables);
+  check_plan(p, ts, "plan");
+  check_grad(grad, p, ts);
+  const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(0);
+  const int64_t* nu = p.num_unique.data_ptr<int64_t>();
+  const int32_t* inv = p.inverse.data_ptr<int32_t>();
+  std::vector<std::vector<int32_t>> start(F), order(F);
+  {
+    PhaseTimer timer(kGroup);
+    run_tasks(F, iota(F), true,
+              [&](int64_t f) { group_samples(inv, B, F, f, nu[f], start[f], order[f]); });
+  }
+  PhaseTimer timer(kUpdate);
+  // Chunks of unique rows: distinct rows, so chunks of one table run on any thread.
+  constexpr int64_t kChunk = 256;
+  std::vector<int64_t> chunk_table, chunk_begin;
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t u = 0; u < nu[f]; u += kChunk) {
+      chunk_table.push_back(f);
+      chunk_begin.push_back(u);
+    }
+  const int64_t n = static_cast<int64_t>(chunk_table.size());
+  const float* gp = grad.data_ptr<float>();
+  run_tasks(n, iota(n), true, [&](int64_t c) {
+    const int64_t f = chunk_table[c], u0 = chunk_begin[c], u1 = std::min(u0 + kChunk, nu[f]);
+    const TableView& t = ts[f];
+    const uint32_t key = stream_key(seed, t.stream, kPurposeUpdate, step);
+    const int64_t writes =
+        variant().update(t, p.rows.data_ptr<int64_t>() + f * B, p.slots.data_ptr<int32_t>() + f * B,
+                         Groups{start[f].data(), order[f].data()}, gp, F, f, u0, u1, key);
+    __atomic_fetch_add(t.stats + 3, writes, __ATOMIC_RELAXED);
+  });
+}
+
+at::Tensor lookup(const Tables& tables, const at::Tensor& ids) {
+  const std::vector<TableView> ts = table_views(tables);
+  check_ids(ids, ts);
+  const int64_t B = ids.size(0), F = ids.size(1), dim = F ? ts[0].dim : 0;
+  auto out = at::empty({B, F, dim}, at::kFloat);
+  const int64_t* idp = ids.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    variant().lookup(ts.data(), idp, F, b0, b1, op);
+  });
+  return out;
+}
+
+at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
+                      const at::Tensor& offsets, int64_t dim) {
+  check_bag(store, bits, indices, offsets, dim);
+  const int64_t nbags = offsets.numel() - 1, rb = store.size(1);
+  auto out = at::empty({nbags, dim}, at::kFloat);
+  const int64_t* ix = indices.data_ptr<int64_t>();
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  const uint8_t* base = store.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  const Variant& v = variant();
+  // One thread (or a small batch): run inline, no parallel-region setup.
+  if (at::get_num_threads() == 1 || nbags < 256) {
+    v.bag(static_cast<int>(bits), base, rb, dim, ix, off, 0, nbags, op);
+  } else {
+    at::parallel_for(0, nbags, 256, [&](int64_t b0, int64_t b1) {
+      v.bag(static_cast<int>(bits), base, rb, dim, ix, off, b0, b1, op);
+    });
+  }
+  return out;
+}
+
+}  // namespace sslrec

@@ -1,0 +1,99 @@
+// Python bindings of the compiled kernels (ssl_rec/hardware/kernels/dispatch.py wraps them
+// behind the interface of kernels/reference.py). Every entry validates its inputs and runs
+// without the GIL, so an admission may run on a helper thread beside the dense layers.
+#include "ops.h"
+#include "profile.h"
+
+namespace py = pybind11;
+using sslrec::Plan;
+using sslrec::Tables;
+using sslrec::TensorList;
+
+namespace {
+
+Tables tables_of(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+                 TensorList cache_state, TensorList stats, TensorList momentum, at::Tensor meta,
+                 at::Tensor hparams) {
+  return Tables{std::move(stores), std::move(cache_rows), std::move(cache_tags),
+                std::move(cache_state), std::move(stats), std::move(momentum),
+                std::move(meta), std::move(hparams)};
+}
+
+using PlanTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+Plan plan_of(const PlanTuple& p) {
+  return Plan{std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p)};
+}
+
+PlanTuple admit(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+                TensorList cache_state, TensorList stats, TensorList momentum, at::Tensor meta,
+                at::Tensor hparams, at::Tensor ids, int64_t seed, int64_t step,
+                std::vector<PlanTuple> locks, bool parallel) {
+  std::vector<Plan> lock_plans;
+  for (const PlanTuple& p : locks) lock_plans.push_back(plan_of(p));
+  const Plan out = sslrec::admit(
+      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
+      ids, seed, step, lock_plans, parallel);
+  return {out.rows, out.num_unique, out.inverse, out.slots};
+}
+
+at::Tensor gather(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+                  TensorList cache_state, TensorList stats, TensorList momentum,
+                  at::Tensor meta, at::Tensor hparams, PlanTuple plan) {
+  return sslrec::gather(
+      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
+      plan_of(plan));
+}
+
+void update(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+            TensorList cache_state, TensorList stats, TensorList momentum, at::Tensor meta,
+            at::Tensor hparams, PlanTuple plan, at::Tensor grad, int64_t seed, int64_t step) {
+  sslrec::update(
+      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
+      plan_of(plan), grad, seed, step);
+}
+
+at::Tensor lookup(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+                  TensorList cache_state, TensorList stats, TensorList momentum,
+                  at::Tensor meta, at::Tensor hparams, at::Tensor ids) {
+  return sslrec::lookup(
+      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
+      ids);
+}
+
+// Seconds per phase since the last reset; switches the counters on (or off with `on`).
+py::dict phase_seconds(bool on, bool reset) {
+  sslrec::Profile& p = sslrec::profile();
+  py::dict out;
+  for (int i = 0; i < sslrec::kNumPhases; ++i) {
+    const int64_t ns = reset ? p.ns[i].exchange(0) : p.ns[i].load();
+    out[sslrec::kPhaseNames[i]] = static_cast<double>(ns) * 1e-9;
+  }
+  p.on = on;
+  return out;
+}
+
+int64_t row_bytes(int64_t kind, int64_t dim) {
+  TORCH_CHECK_VALUE(kind >= 0 && kind < sslrec::kNumKinds, "row_bytes: unknown format ", kind);
+  TORCH_CHECK_VALUE(dim > 0, "row_bytes: dim must be > 0, got ", dim);
+  return sslrec::row_bytes_of(kind, dim);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  m.def("admit", &admit, "cache admission of a batch; returns its plan", nogil);
+  m.def("gather", &gather, "values of an admitted batch: float32[B, F, D]", nogil);
+  m.def("update", &update, "fused backward: per-row gradient sum, optimizer, write", nogil);
+  m.def("lookup", &lookup, "eval lookup (cache, else store) without side effects", nogil);
+  m.def("bag_lookup", &sslrec::bag_lookup, "INT8/INT4 sum-pooled inference lookup", nogil);
+  m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
+  m.def("num_kinds", [] { return static_cast<int64_t>(sslrec::kNumKinds); });
+  m.def("simd_level", &sslrec::simd_level, "0 portable, 1 AVX2, 2 AVX-512");
+  m.def("max_simd_level", &sslrec::max_simd_level, "widest variant this CPU runs");
+  m.def("set_simd_level", &sslrec::set_simd_level, "choose the variant; returns the previous");
+  m.def("phase_seconds", &phase_seconds, "per-phase seconds; on: keep counting; reset: zero",
+        py::arg("on") = true, py::arg("reset") = true);
+  m.def("simd_name", [] { return std::string(sslrec::variant().name); });
+}

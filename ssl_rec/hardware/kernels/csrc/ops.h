@@ -1,0 +1,61 @@
+// The kernels' tensor-level entry points and the validation every one of them runs first
+// (bad input raises ValueError / IndexError / TypeError in Python, never crashes).
+#pragma once
+#include <ATen/Parallel.h>
+#include <torch/extension.h>
+
+#include <atomic>
+#include <vector>
+
+#include "tables.h"
+
+namespace sslrec {
+
+using TensorList = std::vector<at::Tensor>;
+
+// The tables as passed by ssl_rec.hardware.kernels.layout.TableTensors.
+struct Tables {
+  TensorList stores, cache_rows, cache_tags, cache_state, stats, momentum;
+  at::Tensor meta, hparams;
+};
+
+// An admission plan: the unique rows of each table's ids, each sample's index among them,
+// and the cache slot each unique row got (-1: uncached). Row f of `rows` / `slots` holds
+// table f's num_unique[f] entries first.
+struct Plan {
+  at::Tensor rows;        // int64[F, B]
+  at::Tensor num_unique;  // int64[F]
+  at::Tensor inverse;     // int32[B, F]
+  at::Tensor slots;       // int32[F, B]
+};
+
+std::vector<TableView> table_views(const Tables& t);
+void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts);
+void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* what);
+void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableView>& ts);
+void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
+               const at::Tensor& offsets, int64_t dim);
+
+at::Tensor lookup(const Tables& t, const at::Tensor& ids);
+Plan admit(const Tables& t, const at::Tensor& ids, int64_t seed, int64_t step,
+           const std::vector<Plan>& locks, bool parallel);
+at::Tensor gather(const Tables& t, const Plan& p);
+void update(const Tables& t, const Plan& p, const at::Tensor& grad, int64_t seed, int64_t step);
+at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
+                      const at::Tensor& offsets, int64_t dim);
+
+// Runs fn(order[i]) for i in [0, n), spread over the intra-op threads with dynamic
+// scheduling when `parallel` (results never depend on which thread runs a task).
+template <class Fn>
+void run_tasks(int64_t n, const std::vector<int64_t>& order, bool parallel, const Fn& fn) {
+  if (!parallel || n <= 1 || at::get_num_threads() == 1 || at::in_parallel_region()) {
+    for (int64_t i = 0; i < n; ++i) fn(order[i]);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+    for (int64_t i = next++; i < n; i = next++) fn(order[i]);
+  });
+}
+
+}  // namespace sslrec

@@ -1,0 +1,156 @@
+// Per-row loops of the training and lookup kernels, one instruction-set variant (included by
+// simd_variants.cpp after row_ops.h). The loops walk lists known in full before they start
+// (evictions, admissions, unique rows), so the rows they will touch are requested a fixed
+// distance ahead: a miss costs random DRAM accesses whose latency then overlaps.
+
+constexpr int64_t kAhead = 8;
+
+inline void prefetch_bytes(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+  __builtin_prefetch(c + bytes - 1);
+}
+// The same, announcing a write (the line arrives exclusive: no second request to own it).
+inline void prefetch_write(void* p, int64_t bytes) {
+  char* c = static_cast<char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 1);
+  __builtin_prefetch(c + bytes - 1, 1);
+}
+
+// Each admission: the victim's FP32 cache row is written back to its store row (stochastic
+// rounding, purpose eviction), then the new row's store value fills the slot, in one pass so
+// the slot's lines are read once. Evicted rows are cached and admitted rows are not, so no
+// admission reads a store row another one writes.
+inline void replace(const TableView& t, const Move* m, int64_t n, uint32_t key) {
+  constexpr int64_t kMoveAhead = 4;  // a move touches up to 8 lines: 32 in flight
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kMoveAhead < n) {
+      const Move& a = m[i + kMoveAhead];
+      prefetch_write(t.cache_row(a.slot), t.dim * 4);
+      if (a.victim >= 0) prefetch_write(t.store_row(a.victim), t.rbytes);
+      prefetch_bytes(t.store_row(a.row), t.rbytes);
+    }
+    float* slot = t.cache_row(m[i].slot);
+    if (m[i].victim >= 0)
+      quant_row(t.kind, slot, t.dim, t.store_row(m[i].victim), t.sr,
+                row_key(key, t.global_row(m[i].victim)));
+    dequant_row(t.kind, t.store_row(m[i].row), t.dim, slot);
+  }
+}
+
+// Where the FP32 value of each unique row is read from: its plan slot (valid while the
+// plan is pending: its rows are locked), the FP32 store row, or `scratch` (dequantized once,
+// however many samples use it). Reads no cache tag, so it may run beside an admission.
+inline void sources(const TableView& t, const int64_t* rows, const int32_t* slots, int64_t n,
+                    const float** src, float* scratch) {
+  for (int64_t u = 0; u < n; ++u) {
+    if (slots[u] >= 0) {
+      src[u] = t.cache_row(slots[u]);
+    } else if (t.kind == kFp32) {
+      src[u] = reinterpret_cast<const float*>(t.store_row(rows[u]));
+    } else {
+      if (u + kAhead < n) prefetch_bytes(t.store_row(rows[u + kAhead]), t.rbytes);
+      float* dst = scratch + u * t.dim;
+      dequant_row(t.kind, t.store_row(rows[u]), t.dim, dst);
+      src[u] = dst;
+    }
+  }
+}
+
+// out[b, f] = src[f][inverse[b, f]] for samples [b0, b1): written in order, sample-major.
+inline void gather(const float* const* const* src, const int32_t* inverse, int64_t F,
+                   int64_t dim, int64_t b0, int64_t b1, float* out) {
+  constexpr int64_t kSampleAhead = 2;
+  for (int64_t b = b0; b < b1; ++b) {
+    if (b + kSampleAhead < b1) {
+      const int32_t* next = inverse + (b + kSampleAhead) * F;
+      for (int64_t f = 0; f < F; ++f) {  // first and last line: the rest follows them
+        const char* row = reinterpret_cast<const char*>(src[f][next[f]]);
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + dim * 4 - 1);
+      }
+    }
+    const int32_t* inv = inverse + b * F;
+    float* o = out + b * F * dim;
+    for (int64_t f = 0; f < F; ++f) copy_row(o + f * dim, src[f][inv[f]], dim);
+  }
+}
+
+// Eval lookup of samples [b0, b1): cached value, else the dequantized store row.
+inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
+                   float* out) {
+  const int64_t dim = F ? ts[0].dim : 0;
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t f = 0; f < F; ++f) {
+      const TableView& t = ts[f];
+      const int64_t row = ids[b * F + f];
+      float* o = out + (b * F + f) * dim;
+      const int64_t slot = t.find(row);
+      if (slot >= 0) {
+        copy_row(o, t.cache_row(slot), dim);
+      } else {
+        dequant_row(t.kind, t.store_row(row), dim, o);
+      }
+    }
+  }
+}
+
+// Fused optimizer step of unique rows [u0, u1) of table f: the gradient rows of each unique
+// row summed in sample order (the first one taken as is), rows whose sum is exactly zero
+// skipped, then SGD or row-wise Adagrad into the cache row (exact) or the store row
+// (dequantize, step, stochastic rounding). Returns the number of store writes.
+inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* slots, Groups g,
+                      const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
+                      uint32_t key) {
+  constexpr int64_t kGradAhead = 12;  // gradient rows, in the order they are summed
+  const int64_t dim = t.dim, stride = F * dim;
+  const float* gf = grad + f * dim;
+  const int32_t last = g.start[u1];
+  alignas(64) float acc[kMaxDim];
+  alignas(64) float tmp[kMaxDim];
+  int64_t writes = 0;
+  for (int32_t j = g.start[u0]; j < g.start[u0] + kGradAhead && j < last; ++j)
+    prefetch_bytes(gf + g.order[j] * stride, dim * 4);
+  for (int64_t u = u0; u < u1; ++u) {
+    if (u + kAhead < u1) {
+      const int64_t ahead = u + kAhead, hint = slots[ahead];
+      prefetch_bytes(hint >= 0 ? static_cast<const void*>(t.cache_row(hint))
+                               : static_cast<const void*>(t.store_row(rows[ahead])),
+                     hint >= 0 ? dim * 4 : t.rbytes);
+      if (t.mom) __builtin_prefetch(t.mom + rows[ahead]);
+    }
+    const float* a = gf + g.order[g.start[u]] * stride;
+    if (g.start[u] + kGradAhead < last)
+      prefetch_bytes(gf + g.order[g.start[u] + kGradAhead] * stride, dim * 4);
+    if (g.start[u + 1] - g.start[u] > 1) {
+      copy_row(acc, a, dim);
+      for (int32_t j = g.start[u] + 1; j < g.start[u + 1]; ++j) {
+        if (j + kGradAhead < last)
+          prefetch_bytes(gf + g.order[j + kGradAhead] * stride, dim * 4);
+        add_row(acc, gf + g.order[j] * stride, dim);
+      }
+      a = acc;
+    }
+    if (all_zero(a, dim)) continue;
+    const int64_t row = rows[u];
+    float mult = t.lr;
+    if (t.optimizer == 1) {
+      const float mo = t.mom[row] + sum_squares(a, dim) / static_cast<float>(dim);
+      t.mom[row] = mo;
+      mult = t.lr / (std::sqrt(mo) + t.eps);
+    }
+    const int64_t slot = t.current_slot(row, slots[u]);
+    if (slot >= 0) {
+      sub_scaled(t.cache_row(slot), mult, a, dim);
+    } else if (t.kind == kFp32) {
+      sub_scaled(reinterpret_cast<float*>(t.store_row(row)), mult, a, dim);
+      ++writes;
+    } else {
+      dequant_row(t.kind, t.store_row(row), dim, tmp);
+      sub_scaled(tmp, mult, a, dim);
+      quant_row(t.kind, tmp, dim, t.store_row(row), t.sr, row_key(key, t.global_row(row)));
+      ++writes;
+    }
+  }
+  return writes;
+}

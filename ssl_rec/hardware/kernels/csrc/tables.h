@@ -1,0 +1,100 @@
+// Raw views of the tables and of an admission plan, and the function table of one
+// instruction-set variant. Plain structs of pointers: the variant code never sees a tensor.
+#pragma once
+#include <cstdint>
+
+#include "common.h"
+
+namespace sslrec {
+
+// One table, read once per kernel call (after validation, see checks.cpp).
+struct TableView {
+  uint8_t* store = nullptr;
+  int64_t rbytes = 0, rows = 0, dim = 0, offset = 0, stride = 1, stream = 0;
+  int kind = 0, policy = 0, optimizer = 0;
+  bool sr = false;
+  float* cache = nullptr;
+  int16_t* tags = nullptr;
+  uint8_t* state = nullptr;
+  int64_t sets = 0;
+  int64_t* stats = nullptr;
+  float* mom = nullptr;
+  float lr = 0.0f, eps = 0.0f;
+
+  uint64_t set_magic = 0;  // floor(2^64 / sets) + 1 when rows < 2^32 and sets > 1, else 0
+
+  uint8_t* store_row(int64_t row) const { return store + row * rbytes; }
+  // Global row of local `row` (row-wise shards hold rows offset, offset + stride, ...): the
+  // stochastic-rounding key, so a sharded table draws the numbers of the unsharded one.
+  int64_t global_row(int64_t row) const { return offset + row * stride; }
+  float* cache_row(int64_t slot) const { return cache + slot * dim; }
+  // Cache set and tag of a row (row % sets, row / sets): a multiply instead of a division
+  // (Lemire et al., "Faster remainder by direct computation", 2019; exact below 2^32).
+  void set_magic_from_sets() {
+    const bool fits = sets > 1 && rows <= 0xFFFFFFFFll;
+    set_magic = fits ? ~uint64_t{0} / static_cast<uint64_t>(sets) + 1 : 0;
+  }
+  int64_t set_of(int64_t row) const {
+    if (set_magic == 0) return row % sets;
+    const uint64_t low = set_magic * static_cast<uint64_t>(row);
+    return static_cast<int64_t>((static_cast<unsigned __int128>(low) * sets) >> 64);
+  }
+  int64_t tag_of(int64_t row) const {
+    if (set_magic == 0) return row / sets;
+    return static_cast<int64_t>((static_cast<unsigned __int128>(set_magic) * row) >> 64);
+  }
+  int64_t find(int64_t row) const {
+    if (sets == 0) return -1;
+    const int64_t s = set_of(row), q = tag_of(row);
+    const int16_t* t = tags + s * kWays;
+    for (int w = 0; w < kWays; ++w)
+      if (t[w] == q) return s * kWays + w;
+    return -1;
+  }
+  // Slot holding `row` now: the plan's `hint` when it still holds the row, else a search.
+  int64_t current_slot(int64_t row, int64_t hint) const {
+    if (sets == 0) return -1;
+    if (hint >= 0 && tags[hint] == tag_of(row)) return hint;
+    return find(row);
+  }
+};
+
+// An admission: `row` enters cache slot `slot`, whose previous row `victim` (-1: the slot
+// was empty) is written back first.
+struct Move {
+  int64_t slot, victim, row;
+};
+
+// Samples of one table grouped by unique row, in sample order (CSR): the samples of unique
+// row u are order[start[u] .. start[u + 1]).
+struct Groups {
+  const int32_t* start;
+  const int32_t* order;
+};
+
+struct Variant {
+  const char* name;
+  void (*dequant_row)(int kind, const uint8_t* row, int64_t dim, float* out);
+  void (*quant_row)(int kind, const float* x, int64_t dim, uint8_t* row, bool sr, uint32_t rk);
+  void (*replace)(const TableView& t, const Move* m, int64_t n, uint32_t key);
+  void (*sources)(const TableView& t, const int64_t* rows, const int32_t* slots, int64_t n,
+                  const float** src, float* scratch);
+  void (*gather)(const float* const* const* src, const int32_t* inverse, int64_t F, int64_t dim,
+                 int64_t b0, int64_t b1, float* out);
+  void (*lookup)(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
+                 float* out);
+  int64_t (*update)(const TableView& t, const int64_t* rows, const int32_t* slots, Groups g,
+                    const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
+                    uint32_t key);
+  void (*bag)(int bits, const uint8_t* base, int64_t rb, int64_t dim, const int64_t* ix,
+              const int64_t* off, int64_t begin, int64_t end, float* op);
+};
+
+// The variant in use: AVX-512 or AVX2 when the CPU has it, else portable; see simd_level.
+const Variant& variant();
+// 0 portable, 1 AVX2, 2 AVX-512; set_simd_level fails for a level the CPU lacks.
+int64_t simd_level();
+int64_t max_simd_level();
+int64_t set_simd_level(int64_t level);
+
+}  // namespace sslrec

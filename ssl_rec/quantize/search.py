@@ -1,0 +1,195 @@
+"""Greedy sensitivity search: the smallest model whose NE stays within a budget of FP32's.
+
+Every table and dense layer starts in FP32 and may descend its ladder
+(:mod:`ssl_rec.quantize.plan`) one rung at a time. The *sensitivity* of a rung is the NE
+change when that unit alone takes it (everything else FP32). Moves are taken in order of
+sensitivity per byte saved, each measured on the calibration rows together with every move
+accepted before it: a move is kept when the NE of the whole model stays within the budget,
+otherwise undone, and that unit descends no further. A rung whose sensitivity alone exceeds
+the budget is refused without that second measurement.
+
+The budget bounds the NE change in either direction: a quantized model that scores better
+than FP32 on the calibration rows does so by chance, not by being more accurate.
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib.util
+import logging
+from dataclasses import asdict, dataclass, field
+
+from ssl_rec._checks import check_positive
+from ssl_rec.hardware import Precision
+from ssl_rec.models import DotInteraction
+from ssl_rec.quantize.dense import dense_layers
+from ssl_rec.quantize.model import ModelBuilder
+from ssl_rec.quantize.plan import (
+    DENSE_LADDER,
+    INTERACTION_LADDER,
+    TABLE_LADDER,
+    TINY_TABLE_LADDER,
+    QuantizationPlan,
+    Unit,
+)
+from ssl_rec.quantize.scoring import Rows, logits_of, ne_of
+
+__all__ = ["SearchResult", "SearchStep", "ladder_of", "search_plan"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One move the search tried, in the order it tried them.
+
+    Args:
+        unit: ``"table C3"`` or ``"layer encoder.top.0"``.
+        precision: the precision tried.
+        previous: the precision it would replace.
+        sensitivity: NE change with this unit alone at ``precision``.
+        bytes_saved: bytes the move saves.
+        ne: calibration NE of the whole model with the move (``None``: not measured, the
+            sensitivity alone exceeded the budget).
+        delta_ne: ``ne`` minus FP32's NE (``None`` when not measured).
+        accepted: whether the move was kept.
+
+    """
+
+    unit: str
+    precision: str
+    previous: str
+    sensitivity: float
+    bytes_saved: int
+    ne: float | None
+    delta_ne: float | None
+    accepted: bool
+
+
+@dataclass
+class SearchResult:
+    """The chosen plan, the NE before and after, and every step in search order."""
+
+    plan: QuantizationPlan
+    ne_fp32: float
+    ne: float
+    steps: list[SearchStep] = field(default_factory=list)
+    evaluations: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-able form (the report's ``search`` entry)."""
+        return {
+            "ne_fp32": self.ne_fp32,
+            "ne": self.ne,
+            "evaluations": self.evaluations,
+            "order": [asdict(s) for s in self.steps],
+        }
+
+
+def ladder_of(
+    unit: Unit, rows: int, dim: int, tiny_rows: int, interaction: bool = False
+) -> tuple[tuple[str, ...], ...]:
+    """The rungs ``unit`` may descend (a table of ``rows`` rows, a layer, an interaction)."""
+    if unit.kind == "layer":
+        if interaction:
+            return INTERACTION_LADDER
+        # INT8 layers need torchao (the `serve` extra); without it, 2-byte layers at most.
+        return DENSE_LADDER if importlib.util.find_spec("torchao") else DENSE_LADDER[:1]
+    if rows <= tiny_rows:
+        return TINY_TABLE_LADDER
+    return tuple(r for r in TABLE_LADDER if all(_packs(p, dim) for p in r))
+
+
+def _packs(precision: str, dim: int) -> bool:
+    try:
+        Precision(precision).check_dim(dim)
+    except ValueError:
+        return False
+    return True
+
+
+class _Search:
+    """State of one search (kept out of the public surface)."""
+
+    def __init__(self, builder: ModelBuilder, rows: Rows, budget: float, tiny_rows: int) -> None:
+        self.builder, self.rows, self.budget = builder, rows, budget
+        source = builder.source
+        self.fp32 = source.fp32_plan()
+        cards = dict(zip(source.schema.field_names, source.schema.cardinalities, strict=True))
+        dim = source.embedding_dim
+        products = {n for n, m in dense_layers(source.dense) if isinstance(m, DotInteraction)}
+        self.ladders = {
+            u: ladder_of(u, cards.get(u.name, 0), dim, tiny_rows, u.name in products)
+            for u in self.fp32.units()
+        }
+        self.evaluations = 0
+        self.ne_fp32 = self.ne(self.fp32)
+
+    def ne(self, plan: QuantizationPlan) -> float:
+        self.evaluations += 1
+        return ne_of(logits_of(self.builder.build(plan), self.rows), self.rows.label)
+
+    def candidate(self, unit: Unit, rung: int, plan: QuantizationPlan) -> tuple | None:
+        """Heap entry of ``unit``'s move to ``rung`` (``None`` past the ladder's end)."""
+        if rung >= len(self.ladders[unit]):
+            return None
+        precision = self.ladders[unit][rung][0]
+        sensitivity = self.ne(self.fp32.with_precision(unit, precision)) - self.ne_fp32
+        saved = self.builder.unit_bytes(unit, plan.precision(unit)) - self.builder.unit_bytes(
+            unit, precision
+        )
+        return (abs(sensitivity) / max(saved, 1), str(unit), unit, rung, sensitivity, saved)
+
+
+def search_plan(
+    builder: ModelBuilder, rows: Rows, budget_ne: float, tiny_rows: int = 128
+) -> SearchResult:
+    """Choose each table's and layer's precision under an NE budget (see the module doc).
+
+    Args:
+        builder: builds models of the trained FP32 model for any plan.
+        rows: labeled calibration rows.
+        budget_ne: largest allowed ``|NE(quantized) - NE(FP32)|`` on ``rows`` (> 0).
+        tiny_rows: tables with at most this many rows only go down to FP16.
+
+    Returns:
+        The plan, NE before and after, and every step in the order tried.
+
+    """
+    budget = check_positive("quantize", "budget_ne", budget_ne)
+    state = _Search(builder, rows, budget, tiny_rows)
+    plan, ne = state.fp32, state.ne_fp32
+    heap = [c for u in plan.units() if (c := state.candidate(u, 0, plan)) is not None]
+    heapq.heapify(heap)
+    steps: list[SearchStep] = []
+    while heap:
+        _, _, unit, rung, sensitivity, saved = heapq.heappop(heap)
+        previous = plan.precision(unit)
+        for i, precision in enumerate(state.ladders[unit][rung]):
+            if i > 0:  # a same-size alternative has its own sensitivity
+                sensitivity = state.ne(state.fp32.with_precision(unit, precision)) - state.ne_fp32
+            trial = plan.with_precision(unit, precision)
+            measured = state.ne(trial) if abs(sensitivity) <= budget else None
+            delta = None if measured is None else measured - state.ne_fp32
+            accepted = delta is not None and abs(delta) <= budget
+            steps.append(
+                SearchStep(
+                    str(unit), precision, previous, sensitivity, saved, measured, delta, accepted
+                )
+            )
+            log.info(
+                "%-28s %-16s -> %-16s sensitivity %+.2e  NE change %s  %s",
+                unit,
+                previous,
+                precision,
+                sensitivity,
+                "   n/a   " if delta is None else f"{delta:+.2e}",
+                "kept" if accepted else "undone",
+            )
+            if accepted:
+                plan, ne = trial, measured
+                nxt = state.candidate(unit, rung + 1, plan)
+                if nxt is not None:
+                    heapq.heappush(heap, nxt)
+                break
+    return SearchResult(plan, state.ne_fp32, ne, steps, state.evaluations)
