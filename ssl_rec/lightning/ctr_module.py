@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.lightning.artifact import adopt_data_vocabulary, restore_artifact, save_artifact
 from ssl_rec.lightning.checkpoint import load_backbone_weights
 from ssl_rec.lightning.module_config import BackboneFactory, backbone_factory, module_hparams
-from ssl_rec.lightning.strategy import refuse_unsharded_tables
+from ssl_rec.lightning.standalone import StandaloneModule
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.heads import CTRHead
@@ -20,7 +18,7 @@ from ssl_rec.types import Batch
 FinetuneMode = Literal["full", "linear_probe"]
 
 
-class CTRModule(pl.LightningModule):
+class CTRModule(StandaloneModule):
     """Click-through-rate prediction: ``logit = head(backbone(batch).pooled)``.
 
     Embedding tables update themselves in backward (fused optimizer, see
@@ -152,28 +150,6 @@ class CTRModule(pl.LightningModule):
         return torch.optim.Adam(
             params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay
         )
-
-    @property
-    def vocabulary(self) -> Any:
-        """The backbone's :class:`~ssl_rec.vocabularies.Vocabularies` (``None`` before any data)."""
-        return self.backbone.vocabulary
-
-    def setup(self, stage: str) -> None:
-        """Refuse replicated tables; take the data's vocabulary or re-encode the data.
-
-        Strategies that would replicate the tables are refused (see ``strategy``); a new
-        model adopts its data's vocabulary, a trained one has the data encoded with its own.
-        """
-        refuse_unsharded_tables(self.trainer, self)
-        adopt_data_vocabulary(self)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store schema, vocabulary, provenance and RNG states: the checkpoint stands alone."""
-        save_artifact(self, checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the vocabulary and provenance (and RNG states when resuming a fit)."""
-        restore_artifact(self, checkpoint)
 
 
 def _labels(batch: Batch) -> torch.Tensor:

@@ -5,24 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from ssl_rec.lightning.artifact import adopt_data_vocabulary, restore_artifact, save_artifact
 from ssl_rec.lightning.module_config import (
     BackboneFactory,
     backbone_factory,
     build_objectives,
     module_hparams,
 )
-from ssl_rec.lightning.strategy import refuse_unsharded_tables
+from ssl_rec.lightning.standalone import StandaloneModule
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
 
 
-class PretrainModule(pl.LightningModule):
+class PretrainModule(StandaloneModule):
     """Self-supervised pretraining: ``loss = sum_i weight_i * objective_i(batch, backbone)``.
 
     Objectives are composed, not inherited: each is an ``nn.Module`` holding its own heads;
@@ -167,28 +165,6 @@ class PretrainModule(pl.LightningModule):
             return torch.optim.Adam(main, **kwargs)
         gen_params = [p for p in self.parameters() if id(p) in generator]
         return [torch.optim.Adam(main, **kwargs), torch.optim.Adam(gen_params, **kwargs)]
-
-    @property
-    def vocabulary(self) -> Any:
-        """The backbone's :class:`~ssl_rec.vocabularies.Vocabularies` (``None`` before any data)."""
-        return self.backbone.vocabulary
-
-    def setup(self, stage: str) -> None:
-        """Refuse replicated tables; take the data's vocabulary or re-encode the data.
-
-        Strategies that would replicate the tables are refused (see ``strategy``); a new
-        model adopts its data's vocabulary, a trained one has the data encoded with its own.
-        """
-        refuse_unsharded_tables(self.trainer, self)
-        adopt_data_vocabulary(self)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store schema, vocabulary and RNG states: the checkpoint stands alone."""
-        save_artifact(self, checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the vocabulary (and RNG states when resuming a fit)."""
-        restore_artifact(self, checkpoint)
 
 
 def _check_hyperparameters(learning_rate: float, weight_decay: float, gradient_clip: float) -> None:
