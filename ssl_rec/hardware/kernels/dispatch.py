@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import platform
 import warnings
@@ -32,6 +33,7 @@ import torch
 from ssl_rec.hardware.kernels import reference
 from ssl_rec.hardware.kernels.compiled import CompiledKernels
 
+log = logging.getLogger(__name__)
 _CSRC_DIR = Path(__file__).parent / "csrc"
 _SOURCES = ("simd_variants.cpp", "checks.cpp", "admission.cpp", "gather_update.cpp", "module.cpp")
 # fp-contract=off keeps the training kernels bit-identical to the reference (no FMA); no
@@ -96,6 +98,9 @@ def load_compiled() -> ModuleType:
     name = f"ssl_rec_embedding_ops_{build_key()}"
     build_dir = build_root / name
     build_dir.mkdir(parents=True, exist_ok=True)
+    if not any(build_dir.glob("*.so")):
+        log.info("building the embedding kernels (once per machine and version, about a "
+                 "minute) in %s", build_dir)  # fmt: skip
     ext = cpp_extension.load(
         name=name,
         sources=[str(_CSRC_DIR / s) for s in _SOURCES],
