@@ -169,3 +169,14 @@ def test_datamodule_preset_and_metadata(tmp_path):
     assert easy.oracle_metrics("test")["auc"] != dm.oracle_metrics("test")["auc"]
     with pytest.raises(ValueError, match="preset must be one of"):
         SyntheticCTRDataModule(preset="medium", **kw)
+
+
+def test_min_cardinality_floors_every_field():
+    floored = SyntheticClickModel(SyntheticConfig(cardinality_scale=0.0002, min_cardinality=50))
+    plain = SyntheticClickModel(SyntheticConfig(cardinality_scale=0.0002))
+    assert min(plain.cardinalities) == 4 and min(floored.cardinalities) == 51
+    rows = floored.rows("train", 0, 5000)
+    assert (rows.sparse.max(axis=0) < np.array(floored.cardinalities)).all()
+    assert rows.sparse.max(axis=0).min() > 3  # the floored small fields use their new ids
+    with pytest.raises(ValueError, match="min_cardinality"):
+        SyntheticConfig(min_cardinality=0)

@@ -51,8 +51,10 @@ class SyntheticConfig:
 
     Args:
         seed: seed of every random draw (parameters and rows).
-        cardinality_scale: Criteo-Kaggle cardinalities are multiplied by this (at least 3
-            ids per field, plus the reserved id 0).
+        cardinality_scale: Criteo-Kaggle cardinalities are multiplied by this (at least
+            ``min_cardinality`` ids per field, plus the reserved id 0).
+        min_cardinality: floor of every field's number of ids (Criteo has fields of 3 and 4
+            values; a floor above a cache's size keeps every table larger than its cache).
         latent_dim: dimension ``k`` of user and item latent vectors.
         n_user_clusters: Gaussian-mixture components of the user latent ``u``.
         n_item_clusters: latent clusters of ids per field (fewer if a field has fewer ids).
@@ -73,6 +75,7 @@ class SyntheticConfig:
 
     seed: int = 0
     cardinality_scale: float = 0.001
+    min_cardinality: int = 3
     latent_dim: int = 16
     n_user_clusters: int = 32
     n_item_clusters: int = 32
@@ -91,6 +94,7 @@ class SyntheticConfig:
             )
         checks = {
             "cardinality_scale": (self.cardinality_scale, 1e-9, 1.0),
+            "min_cardinality": (self.min_cardinality, 1, 10**8),
             "latent_dim": (self.latent_dim, 2, 256),
             "n_user_clusters": (self.n_user_clusters, 1, 4096),
             "n_item_clusters": (self.n_item_clusters, 1, 4096),
@@ -140,9 +144,9 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def cardinalities(scale: float) -> list[int]:
-    """Per-field cardinality (including id 0) for a ``cardinality_scale``."""
-    return [max(3, round(c * scale)) + 1 for c in CRITEO_KAGGLE_CARDINALITIES]
+def cardinalities(scale: float, minimum: int = 3) -> list[int]:
+    """Per-field cardinality (including id 0) for a ``cardinality_scale`` and id floor."""
+    return [max(minimum, round(c * scale)) + 1 for c in CRITEO_KAGGLE_CARDINALITIES]
 
 
 class SyntheticClickModel:
@@ -162,7 +166,7 @@ class SyntheticClickModel:
     def __init__(self, config: SyntheticConfig) -> None:
         self.config = config
         self.weights = config.difficulty()
-        self.cardinalities = cardinalities(config.cardinality_scale)
+        self.cardinalities = cardinalities(config.cardinality_scale, config.min_cardinality)
         k, n_users = config.latent_dim, config.n_user_clusters
         rng = np.random.default_rng([config.seed, _PARAMS])
         self.user_centroids = _unit(rng.standard_normal((n_users, k)))
