@@ -52,7 +52,7 @@ bench: $(STAMP)
 	mkdir -p benchmarks/results
 	$(PY) benchmarks/data.py --json benchmarks/results/data.json
 	$(PY) benchmarks/embedding.py --json benchmarks/results/embedding.json
-	$(PY) benchmarks/mixed_precision.py --json benchmarks/results/mixed_precision.json
+	$(PY) benchmarks/mixed_precision.py --json benchmarks/results/mixed_precision_d64.json
 	$(PY) benchmarks/label_efficiency.py --json benchmarks/results/label_efficiency.json
 	$(PY) benchmarks/label_efficiency.py --preset hard --json benchmarks/results/label_efficiency_hard.json
 	$(PY) benchmarks/real_data.py --json benchmarks/results/real_data.json
