@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from ssl_rec._checks import check_positive
 from ssl_rec.hardware import Precision
 from ssl_rec.models import DotInteraction
-from ssl_rec.quantize.dense import dense_layers
+from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, dense_layers
 from ssl_rec.quantize.model import ModelBuilder
 from ssl_rec.quantize.plan import (
     DENSE_LADDER,
@@ -93,8 +93,10 @@ def ladder_of(
     if unit.kind == "layer":
         if interaction:
             return INTERACTION_LADDER
-        # INT8 layers need torchao (the `serve` extra); without it, 2-byte layers at most.
-        return DENSE_LADDER if importlib.util.find_spec("torchao") else DENSE_LADDER[:1]
+        if importlib.util.find_spec("torchao"):
+            return DENSE_LADDER
+        # torchao's layers need the `serve` extra; FBGEMM's INT8 layer is in torch.
+        return tuple(tuple(p for p in r if p not in TORCHAO_PRECISIONS) for r in DENSE_LADDER)
     if rows <= tiny_rows:
         return TINY_TABLE_LADDER
     return tuple(r for r in TABLE_LADDER if all(_packs(p, dim) for p in r))
