@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 
 from ssl_rec._checks import check_positive
@@ -131,15 +132,27 @@ class _Search:
         self.evaluations += 1
         return ne_of(logits_of(self.builder.build(plan), self.rows), self.rows.label)
 
+    def sensitivity(self, unit: Unit, precision: str) -> float:
+        """NE change with ``unit`` alone at ``precision`` (infinite when it cannot be built).
+
+        torchao's layers refuse some shapes (e.g. a Linear layer of one input feature).
+        """
+        try:
+            return self.ne(self.fp32.with_precision(unit, precision)) - self.ne_fp32
+        except (RuntimeError, ValueError) as e:
+            log.warning("%s cannot run in %s (%s)", unit, precision, str(e).splitlines()[0])
+            return math.inf
+
     def candidate(self, unit: Unit, rung: int, plan: QuantizationPlan) -> tuple | None:
         """Heap entry of ``unit``'s move to ``rung`` (``None`` past the ladder's end)."""
         if rung >= len(self.ladders[unit]):
             return None
         precision = self.ladders[unit][rung][0]
-        sensitivity = self.ne(self.fp32.with_precision(unit, precision)) - self.ne_fp32
-        saved = self.builder.unit_bytes(unit, plan.precision(unit)) - self.builder.unit_bytes(
-            unit, precision
-        )
+        sensitivity = self.sensitivity(unit, precision)
+        saved = 0
+        if math.isfinite(sensitivity):
+            before = self.builder.unit_bytes(unit, plan.precision(unit))
+            saved = before - self.builder.unit_bytes(unit, precision)
         return (abs(sensitivity) / max(saved, 1), str(unit), unit, rung, sensitivity, saved)
 
 
@@ -169,7 +182,7 @@ def search_plan(
         previous = plan.precision(unit)
         for i, precision in enumerate(state.ladders[unit][rung]):
             if i > 0:  # a same-size alternative has its own sensitivity
-                sensitivity = state.ne(state.fp32.with_precision(unit, precision)) - state.ne_fp32
+                sensitivity = state.sensitivity(unit, precision)
             trial = plan.with_precision(unit, precision)
             measured = state.ne(trial) if abs(sensitivity) <= budget else None
             delta = None if measured is None else measured - state.ne_fp32

@@ -14,6 +14,7 @@ from ssl_rec.quantize import (
     logits_of,
     quantize_ctr,
     save_quantized,
+    search_plan,
 )
 from ssl_rec.quantize.fbgemm_linear import FbgemmInt8Linear
 from ssl_rec.quantize.plan import DENSE_LADDER, Unit
@@ -99,3 +100,22 @@ def test_without_torchao_the_ladder_keeps_the_fbgemm_layer(monkeypatch):
     )
     ladder = ladder_of(Unit("layer", "encoder.top.0"), 0, 8, 128)
     assert ladder == (DENSE_LADDER[0], ("int8_fbgemm",))
+
+
+def test_a_layer_that_cannot_take_a_precision_takes_the_next_choice(source, rows, monkeypatch):
+    import ssl_rec.quantize.model as model_module
+
+    real = model_module.convert_layer
+
+    def refuse(layer, precision, relu=False):
+        if precision == "int8_fbgemm" and layer.in_features == 2:  # the bottom's first layer
+            raise RuntimeError("shape '[16, 1]' is invalid")
+        return real(layer, precision, relu)
+
+    monkeypatch.setattr(model_module, "convert_layer", refuse)
+    result = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3)
+    assert result.plan.layers["encoder.bottom.0"] == "int8_weight_only"
+    assert result.plan.layers["encoder.top.0"] == "int8_fbgemm"
+    refused = [s for s in result.steps if s.unit == "layer encoder.bottom.0" and not s.accepted]
+    assert [s.precision for s in refused] == ["int8_fbgemm"]
+    assert refused[0].ne is None
