@@ -1,8 +1,9 @@
 """Post-training quantization for serving: NE-budget search, numeric debugger, monitor.
 
 A trained CTR model's tables go to INT8/INT4/INT2 fused rows (FP16 when tiny) and its
-dense layers to bfloat16, FP16 or INT8 (torchao), each unit as low as a greedy
-sensitivity search allows within a normalized-entropy budget. See ``docs/inference.md``.
+dense layers to bfloat16, FP16 or INT8 (FBGEMM's dynamic kernel in torch, or torchao),
+each unit as low as a greedy sensitivity search allows within a normalized-entropy budget.
+See ``docs/inference.md``.
 """
 
 from ssl_rec.quantize.artifact import (
@@ -14,6 +15,7 @@ from ssl_rec.quantize.artifact import (
 )
 from ssl_rec.quantize.dense import DENSE_PRECISIONS, PrecisionLayer, convert_layer, dense_layers
 from ssl_rec.quantize.explain import explain, format_explanation
+from ssl_rec.quantize.fbgemm_linear import FbgemmInt8Linear
 from ssl_rec.quantize.model import (
     Architecture,
     DenseCTR,
@@ -32,6 +34,7 @@ __all__ = [
     "DENSE_PRECISIONS",
     "Architecture",
     "DenseCTR",
+    "FbgemmInt8Linear",
     "FloatCTR",
     "InferenceCTRModel",
     "ModelBuilder",

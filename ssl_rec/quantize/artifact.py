@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ssl_rec._io import atomic_directory, atomic_write_json
-from ssl_rec.quantize.dense import import_torchao
+from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, import_torchao
 from ssl_rec.quantize.model import Architecture, InferenceCTRModel, load_dense_state
 from ssl_rec.quantize.plan import QuantizationPlan
 from ssl_rec.quantize.tables import QuantizedTables
@@ -150,7 +150,7 @@ def load_quantized(path: str | os.PathLike[str]) -> InferenceCTRModel:
         plan = QuantizationPlan.from_dict(manifest["plan"])
     except (KeyError, TypeError) as e:
         raise ValueError(f"{path / MANIFEST_FILENAME}: malformed ({e})") from e
-    if any(p.startswith("int8") for p in plan.layers.values()):
+    if TORCHAO_PRECISIONS & set(plan.layers.values()):
         import_torchao()  # registers torchao's tensor types for weights-only loading
     file = path / MODEL_FILENAME
     if not file.is_file():

@@ -19,7 +19,13 @@ from torch import nn
 
 from ssl_rec.hardware import Precision, quantize_rows
 from ssl_rec.models import Backbone, CTRHead
-from ssl_rec.quantize.dense import convert_layer, dense_layers, tensor_bytes
+from ssl_rec.quantize.dense import (
+    convert_layer,
+    dense_layers,
+    fuse_relus,
+    relu_followed,
+    tensor_bytes,
+)
 from ssl_rec.quantize.plan import QuantizationPlan, Unit
 from ssl_rec.quantize.tables import QuantizedTables
 from ssl_rec.schema import FeatureSchema
@@ -235,6 +241,7 @@ class ModelBuilder:
         self.source = source
         self._stores: dict[tuple[int, str], torch.Tensor] = {}
         self._layers: dict[tuple[str, str], nn.Module] = {}
+        self._relu = relu_followed(source.dense)
 
     def table_store(self, table: int, precision: str) -> torch.Tensor:
         """Stored rows of ``table`` at ``precision`` (quantized once, rounding to nearest)."""
@@ -247,7 +254,8 @@ class ModelBuilder:
         """Layer ``name`` converted to ``precision`` (once)."""
         key = (name, precision)
         if key not in self._layers:
-            self._layers[key] = convert_layer(self.source.dense.get_submodule(name), precision)
+            layer = self.source.dense.get_submodule(name)
+            self._layers[key] = convert_layer(layer, precision, name in self._relu)
         return self._layers[key]
 
     def build(self, plan: QuantizationPlan) -> InferenceCTRModel:
@@ -260,6 +268,7 @@ class ModelBuilder:
         dense = _shallow_copy(self.source.dense)
         for name, precision in plan.layers.items():
             dense.set_submodule(name, self.layer(name, precision))
+        fuse_relus(dense, self._relu)
         return InferenceCTRModel(self.source.schema, tables, dense, self.source.architecture, plan)
 
     def unit_bytes(self, unit: Unit, precision: str) -> int:
@@ -282,6 +291,8 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
 
 def load_dense_state(dense: DenseCTR, plan: QuantizationPlan, state: Mapping[str, Any]) -> None:
     """Convert ``dense``'s layers as ``plan`` says, then load a saved ``state`` into it."""
+    relu = relu_followed(dense)
     for name, precision in plan.layers.items():
-        dense.set_submodule(name, convert_layer(dense.get_submodule(name), precision))
+        dense.set_submodule(name, convert_layer(dense.get_submodule(name), precision, name in relu))
+    fuse_relus(dense, relu)
     dense.load_state_dict(dict(state), assign=True)

@@ -30,11 +30,12 @@ TABLE_LADDER: tuple[tuple[str, ...], ...] = (("fp16",), ("int8",), ("int4",), ("
 # A tiny table costs nothing to keep in FP16 and gains little from INT rows, whose per-row
 # scale and bias are a large part of a short row anyway.
 TINY_TABLE_LADDER: tuple[tuple[str, ...], ...] = (("fp16",),)
-# 2 bytes per weight, then 1; bf16 and INT8 weight-only run bfloat16 products (fast on CPUs
-# with AVX512-BF16), so each is tried before its same-size alternative.
+# 2 bytes per weight, then 1. bf16 runs bfloat16 products (fast on CPUs with AVX512-BF16),
+# so it is tried before FP16 storage; FBGEMM's INT8 kernel is the fastest 1-byte layer on
+# x86, then torchao's (eager on CPU) in case FBGEMM's per-batch activation scale costs NE.
 DENSE_LADDER: tuple[tuple[str, ...], ...] = (
     ("bf16", "fp16"),
-    ("int8_weight_only", "int8_dynamic"),
+    ("int8_fbgemm", "int8_weight_only", "int8_dynamic"),
 )
 # An interaction stores nothing: bfloat16 products save time, not bytes.
 INTERACTION_LADDER: tuple[tuple[str, ...], ...] = (("bf16",),)

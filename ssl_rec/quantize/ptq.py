@@ -88,6 +88,9 @@ def build_report(
     report |= _sizes(fp32, quantized)
     report |= {f"samples_per_s_{k}": v["samples_per_s"] for k, v in speed.items()}
     report["speedup"] = speed["quantized"]["samples_per_s"] / speed["fp32"]["samples_per_s"]
+    report["speedup_cpu_time"] = (
+        speed["quantized"]["samples_per_cpu_s"] / speed["fp32"]["samples_per_cpu_s"]
+    )
     report["speed"] = {"batch": SPEED_BATCH, "threads": 1, **speed}
     report["choices"] = quantized.plan.to_dict()
     report["agreement"] = agreement(logits["fp32"], logits["quantized"])

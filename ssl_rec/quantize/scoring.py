@@ -108,25 +108,33 @@ def throughput(
     """Samples/s and latency of each model on ``batch_size``-row batches, interleaved.
 
     Models run round by round in turn on the same batches, so a load change on a shared
-    machine hits them alike. Returns ``{name: {"samples_per_s", "p50_ms", "p99_ms"}}``
-    (samples/s from the median latency).
+    machine hits them alike. Returns ``{name: {"samples_per_s", "p50_ms", "p99_ms",
+    "samples_per_cpu_s"}}``: samples/s from the median wall-clock latency, and from the
+    median CPU time the process spent per batch (less sensitive to other processes taking
+    the cores, as long as they leave the caches alone).
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
-    times: dict[str, list[float]] = {name: [] for name in models}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
     try:
         batches = [rows.batch(r * batch_size, batch_size) for r in range(min(rounds, 8))]
         for model in models.values():  # warm-up: first-call allocations and kernel choice
             model(*batches[0])
         for r in range(rounds):
             for name, model in models.items():
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 model(*batches[r % len(batches)])
-                times[name].append(time.perf_counter() - start)
+                times[name].append((time.perf_counter() - start, time.process_time() - cpu))
     finally:
         torch.set_num_threads(previous)
     out = {}
-    for name, seconds in times.items():
-        p50, p99 = np.percentile(seconds, [50, 99])
-        out[name] = {"samples_per_s": batch_size / p50, "p50_ms": 1e3 * p50, "p99_ms": 1e3 * p99}
+    for name, measured in times.items():
+        wall, cpu = np.array(measured).T
+        p50, p99 = np.percentile(wall, [50, 99])
+        out[name] = {
+            "samples_per_s": batch_size / p50,
+            "p50_ms": 1e3 * p50,
+            "p99_ms": 1e3 * p99,
+            "samples_per_cpu_s": batch_size / max(float(np.median(cpu)), 1e-9),
+        }
     return out

@@ -17,12 +17,13 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 
 from ssl_rec._checks import check_positive
 from ssl_rec.hardware import Precision
 from ssl_rec.models import DotInteraction
-from ssl_rec.quantize.dense import dense_layers
+from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, dense_layers
 from ssl_rec.quantize.model import ModelBuilder
 from ssl_rec.quantize.plan import (
     DENSE_LADDER,
@@ -93,8 +94,10 @@ def ladder_of(
     if unit.kind == "layer":
         if interaction:
             return INTERACTION_LADDER
-        # INT8 layers need torchao (the `serve` extra); without it, 2-byte layers at most.
-        return DENSE_LADDER if importlib.util.find_spec("torchao") else DENSE_LADDER[:1]
+        if importlib.util.find_spec("torchao"):
+            return DENSE_LADDER
+        # torchao's layers need the `serve` extra; FBGEMM's INT8 layer is in torch.
+        return tuple(tuple(p for p in r if p not in TORCHAO_PRECISIONS) for r in DENSE_LADDER)
     if rows <= tiny_rows:
         return TINY_TABLE_LADDER
     return tuple(r for r in TABLE_LADDER if all(_packs(p, dim) for p in r))
@@ -129,15 +132,27 @@ class _Search:
         self.evaluations += 1
         return ne_of(logits_of(self.builder.build(plan), self.rows), self.rows.label)
 
+    def sensitivity(self, unit: Unit, precision: str) -> float:
+        """NE change with ``unit`` alone at ``precision`` (infinite when it cannot be built).
+
+        torchao's layers refuse some shapes (e.g. a Linear layer of one input feature).
+        """
+        try:
+            return self.ne(self.fp32.with_precision(unit, precision)) - self.ne_fp32
+        except (RuntimeError, ValueError) as e:
+            log.warning("%s cannot run in %s (%s)", unit, precision, str(e).splitlines()[0])
+            return math.inf
+
     def candidate(self, unit: Unit, rung: int, plan: QuantizationPlan) -> tuple | None:
         """Heap entry of ``unit``'s move to ``rung`` (``None`` past the ladder's end)."""
         if rung >= len(self.ladders[unit]):
             return None
         precision = self.ladders[unit][rung][0]
-        sensitivity = self.ne(self.fp32.with_precision(unit, precision)) - self.ne_fp32
-        saved = self.builder.unit_bytes(unit, plan.precision(unit)) - self.builder.unit_bytes(
-            unit, precision
-        )
+        sensitivity = self.sensitivity(unit, precision)
+        saved = 0
+        if math.isfinite(sensitivity):
+            before = self.builder.unit_bytes(unit, plan.precision(unit))
+            saved = before - self.builder.unit_bytes(unit, precision)
         return (abs(sensitivity) / max(saved, 1), str(unit), unit, rung, sensitivity, saved)
 
 
@@ -167,7 +182,7 @@ def search_plan(
         previous = plan.precision(unit)
         for i, precision in enumerate(state.ladders[unit][rung]):
             if i > 0:  # a same-size alternative has its own sensitivity
-                sensitivity = state.ne(state.fp32.with_precision(unit, precision)) - state.ne_fp32
+                sensitivity = state.sensitivity(unit, precision)
             trial = plan.with_precision(unit, precision)
             measured = state.ne(trial) if abs(sensitivity) <= budget else None
             delta = None if measured is None else measured - state.ne_fp32

@@ -79,9 +79,6 @@ class QuantizedTables(nn.Module):
             p.check_dim(self.dim)
         self.register_buffer("limits", torch.tensor(self.cardinalities), persistent=False)
         self.groups = [p for p in Precision if p in self.precisions]
-        # Lookups come out grouped by precision; this gather puts the fields back in order.
-        grouped = [f for p in self.groups for f, q in enumerate(self.precisions) if q is p]
-        self.register_buffer("order", torch.argsort(torch.tensor(grouped)), persistent=False)
         for p in self.groups:
             fields = [f for f, q in enumerate(self.precisions) if q is p]
             rows = [self.cardinalities[f] for f in fields]
@@ -130,12 +127,16 @@ class QuantizedTables(nn.Module):
             p = self.groups[0]
             ids = (sparse + getattr(self, f"starts_{p}")).reshape(-1)
             return lookup_rows(self.store(p), p, ids).view(batch, self.num_tables, self.dim)
-        parts = []
+        # Bags in field-major order: each group's rows land as whole [B, D] blocks of one
+        # field-major output, whose transpose is the [B, F, D] result (no reordering pass).
+        by_field = sparse.t()
+        out = torch.empty(self.num_tables, batch, self.dim)
         for p in self.groups:
             fields = getattr(self, f"fields_{p}")
-            ids = (sparse[:, fields] + getattr(self, f"starts_{p}")).reshape(-1)
-            parts.append(lookup_rows(self.store(p), p, ids).view(batch, len(fields), -1))
-        return torch.cat(parts, dim=1).index_select(1, self.order)
+            ids = by_field.index_select(0, fields) + getattr(self, f"starts_{p}")[:, None]
+            rows = lookup_rows(self.store(p), p, ids.reshape(-1))
+            out.index_copy_(0, fields, rows.view(len(fields), batch, self.dim))
+        return out.transpose(0, 1)
 
     def table_bytes(self) -> list[int]:
         """Stored bytes of each table (rows, scales and biases)."""
@@ -166,6 +167,11 @@ class QuantizedTables(nn.Module):
                 f"sparse ids have shape {tuple(sparse.shape)}; the tables need "
                 f"[B, {self.num_tables}]"
             )
+        if sparse.numel() == 0:
+            return
+        low, high = torch.aminmax(sparse, dim=0)  # one pass over the ids
+        if not bool((low < 0).any() | (high >= self.limits).any()):
+            return
         bad = (sparse < 0) | (sparse >= self.limits)
         if bool(bad.any()):
             row, field = (int(i[0]) for i in torch.nonzero(bad, as_tuple=True))
