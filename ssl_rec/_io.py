@@ -1,19 +1,26 @@
 """Atomic writes: a file or directory appears complete at its final path, or not at all.
 
 Everything is written to a temporary sibling first and renamed into place, so an interrupted
-run never leaves a partial cache, checkpoint or export that a later run would trust.
+run never leaves a partial cache, checkpoint or export that a later run would trust. The
+temporary name carries the writer's process id (``.<name>.<pid>.<random>.tmp``), so the
+leftovers of a killed run are recognised and removed by the next write of the same path;
+:class:`FileLock` keeps two processes from building the same thing at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def _umask() -> int:
@@ -25,7 +32,7 @@ def _umask() -> int:
 def _tmp_sibling(path: Path, kind: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     maker = tempfile.mkdtemp if kind == "dir" else tempfile.mkstemp
-    made = maker(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    made = maker(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     if isinstance(made, tuple):
         os.close(made[0])
         made = made[1]
@@ -38,6 +45,7 @@ def _tmp_sibling(path: Path, kind: str) -> Path:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file and ``os.replace``."""
     path = Path(path)
+    remove_stale_temporaries(path)
     tmp = _tmp_sibling(path, "file")
     try:
         with open(tmp, "wb") as f:
@@ -97,6 +105,7 @@ def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> I
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+    remove_stale_temporaries(path)
     tmp = _tmp_sibling(path, "dir")
     try:
         yield tmp
@@ -110,3 +119,87 @@ def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> I
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Temporary siblings of ``path`` left by processes that no longer run.
+
+    Args:
+        path: a final file or directory path written with this module's helpers.
+
+    Returns:
+        Paths ``.<name>.<pid>.<random>.tmp`` (and ``.<name>.old-<pid>``) whose process is dead.
+
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    stale = []
+    for entry in path.parent.iterdir():
+        rest = entry.name.removeprefix(f".{path.name}.")
+        if rest == entry.name:
+            continue
+        pid = rest.split(".")[0].removeprefix("old-")
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            stale.append(entry)
+    return stale
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Delete :func:`stale_temporaries` of ``path`` (logging each); return what was removed."""
+    removed = []
+    for entry in stale_temporaries(path):
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        log.warning("removed %s, left by an interrupted run", entry)
+        removed.append(entry)
+    return removed
+
+
+class FileLock:
+    """An exclusive ``flock`` on ``<path>`` held inside a ``with`` block (POSIX).
+
+    The operating system releases it when the process dies, so a killed run never blocks
+    the next one.
+
+    Args:
+        path: lock file (created if missing; left in place).
+        message: logged once if another process holds the lock and this one waits.
+
+    Example:
+        >>> with FileLock("/tmp/cache/.entry.lock"):  # doctest: +SKIP
+        ...     build_entry()
+
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str = "") -> None:
+        self.path, self.message = Path(path), message
+        self._fd: int | None = None
+
+    def __enter__(self) -> FileLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for %s: %s", self.path, self.message or "held by another process")
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -136,8 +136,13 @@ class Vocabularies:
             )
 
     def id_values(self, name: str) -> pa.Array:
-        """Raw value of every id of ``name`` (id 0 = ``"<missing>"``, unused = ``"<unused>"``)."""
+        """Raw value of every id of ``name`` (id 0 = ``"<missing>"``, unused = ``"<unused>"``).
+
+        Every bucket of a hashed field is ``"<hashed>"``.
+        """
         values = self[name].id_values()
+        if pa.types.is_dictionary(values.type):  # a hashed field: "<hashed>" per bucket
+            values = values.dictionary_decode()
         return pa.concat_arrays([pa.array([MISSING_VALUE], pa.string()), values[1:]])
 
     @classmethod

@@ -96,7 +96,7 @@ class ArrowDataModule(pl.LightningDataModule):
         raise NotImplementedError
 
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
-        """Write ``<split>.arrow`` files into ``out_dir`` and return the schema.
+        """Write each split's shards (``<split>/*.arrow``) into ``out_dir``; return the schema.
 
         Paths stored in the schema must use ``final_dir``, where ``out_dir`` is renamed to.
         """
@@ -154,7 +154,7 @@ class ArrowDataModule(pl.LightningDataModule):
 
     @property
     def data_dir(self) -> Path:
-        """The cache entry holding ``<split>.arrow``, ``schema.json`` and ``vocab/``."""
+        """The cache entry holding ``<split>/*.arrow`` shards, ``schema.json`` and ``vocab/``."""
         self.schema  # noqa: B018 - builds the entry
         return self._entry[0]
 

@@ -1,8 +1,9 @@
-"""Iterable batch loader over a memory-mapped Arrow split: whole-batch slicing, no per-row Python.
+"""Iterable batch loader over a memory-mapped, sharded Arrow split: no per-row Python.
 
 Rows are read in contiguous blocks (zero-copy views of the memory-mapped columns, one
 copy into memory per block); with shuffling, blocks come in a random order and rows are
-permuted within each block, so a batch is one contiguous slice of the permuted block.
+permuted within each block, so a batch is one contiguous slice of the permuted block (or
+the tail of one block and the head of the next).
 
 Resuming follows Lightning's conventions: the shuffle order is a ``sampler`` whose
 ``set_epoch`` Lightning calls at every epoch start, and ``state_dict`` / ``load_state_dict``
@@ -50,21 +51,28 @@ def validate_sparse(sparse: np.ndarray, cardinalities: list[int], where: str = "
 
 
 class BatchLoader:
-    """Yields :class:`ssl_rec.types.Batch` from an Arrow table of one split.
+    """Yields :class:`ssl_rec.types.Batch` from an Arrow table of one split (may be sharded).
+
+    Each epoch cuts the split into blocks of ``block_rows`` rows, orders them (randomly when
+    shuffling; the short last block stays last) and reads them as contiguous slices (one
+    copy out of the memory map per block), permuting the rows within each block. A table of
+    many memory-mapped shards is one sequence of rows, so blocks shuffle within and across
+    shards. With ``world_size`` ranks the epoch's block sequence is cut into equal
+    contiguous portions of ``N // world_size`` rows: ranks read disjoint rows, the same
+    number of batches, and at most ``world_size - 1`` rows of the epoch are left out.
 
     Args:
         table: columns ``dense`` (``float32[n_dense]`` lists), ``sparse`` (``int32[F]``
             lists) and optionally ``label``; may be memory-mapped.
         batch_size: rows per batch ``B``.
         shuffle: random block order and a permutation within each block, new each epoch.
-        seed: base seed; epoch ``e`` shuffles with ``(seed, e)``.
+        seed: base seed; epoch ``e`` shuffles with ``(seed, e)`` (the same on every rank).
         drop_last: drop the final incomplete batch.
         with_labels: yield ``label``; ``False`` yields ``label=None`` (pretraining).
         row_ids: ``int64[N]`` row id of each table row (default ``0..N-1``).
-        block_rows: rows per shuffle block (rounded up to whole batches).
-        rank: this process's shard ``0..world_size-1``; each gets ``N // world_size``
-            contiguous rows so every rank yields the same number of batches.
-        world_size: number of shards.
+        block_rows: rows per shuffle block.
+        rank: this process's rank ``0..world_size-1``.
+        world_size: number of ranks.
 
     Example:
         >>> loader = BatchLoader(table, batch_size=4096, shuffle=True)  # doctest: +SKIP
@@ -88,19 +96,18 @@ class BatchLoader:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if block_rows < 1:
+            raise ValueError(f"block_rows must be >= 1, got {block_rows}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size - 1}], got {rank}")
         if with_labels and LABEL not in table.column_names:
             raise ValueError(f"with_labels=True but the table has no {LABEL!r} column")
-        n = table.num_rows
-        per_rank = n // world_size if world_size > 1 else n
-        self._start = rank * per_rank
-        self.num_rows = per_rank
-        self.table = table
+        self.table, self.rank, self.world_size = table, rank, world_size
+        self.num_rows = table.num_rows // world_size
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.drop_last, self.with_labels = drop_last, with_labels
         self.row_ids = row_ids
-        self.block_rows = max(batch_size, -(-block_rows // batch_size) * batch_size)
+        self.block_rows = block_rows
         self.sampler = EpochShuffle(seed)
         self.batch_sampler = None  # Lightning reads it beside ``sampler``
         self._position = (0, 0)  # (epoch, batches yielded) of the current iteration
@@ -139,43 +146,45 @@ class BatchLoader:
         self._skip = (int(state["epoch"]), int(state["batches"]))
 
     def __len__(self) -> int:
-        """Batches per epoch."""
+        """Batches per epoch (the same on every rank)."""
         full, rest = divmod(self.num_rows, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def _read_block(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        part = self.table.slice(self._start + start, stop - start)
+    def _pieces(self, rng: np.random.Generator | None) -> Iterator[tuple[int, int]]:
+        """This rank's ``(start, stop)`` row ranges of the epoch, in reading order."""
+        n = self.table.num_rows
+        starts = np.arange(0, n, self.block_rows)
+        if rng is not None:
+            full = starts[starts + self.block_rows <= n]
+            starts = np.concatenate([rng.permutation(full), starts[len(full) :]])
+        lo = self.rank * self.num_rows
+        hi, offset = lo + self.num_rows, 0
+        for s in starts.tolist():
+            length = min(self.block_rows, n - s)
+            a, b = max(lo, offset), min(hi, offset + length)
+            if a < b:
+                yield s + a - offset, s + b - offset
+            offset += length
+            if offset >= hi:
+                return
+
+    def _read(
+        self, start: int, stop: int, rng: np.random.Generator | None
+    ) -> dict[str, np.ndarray]:
+        part = self.table.slice(start, stop - start)
         block = {
             "dense": fixed_list_to_numpy(part.column(DENSE)),
             "sparse": fixed_list_to_numpy(part.column(SPARSE)),
         }
         if self.with_labels:
             block["label"] = part.column(LABEL).to_numpy()
-        ids = np.arange(self._start + start, self._start + stop, dtype=np.int64)
+        ids = np.arange(start, stop, dtype=np.int64)
         block["row_id"] = ids if self.row_ids is None else self.row_ids[ids]
-        return block
-
-    def _blocks(
-        self, rng: np.random.Generator | None, skip_blocks: int = 0
-    ) -> Iterator[dict[str, np.ndarray]]:
-        starts = np.arange(0, self.num_rows, self.block_rows)
-        if rng is not None:
-            # The short last block stays last, so only the final batch can be partial.
-            full = starts[starts + self.block_rows <= self.num_rows]
-            starts = np.concatenate([rng.permutation(full), starts[len(full) :]])
-        for i, s in enumerate(starts):
-            stop = min(int(s) + self.block_rows, self.num_rows)
-            if i < skip_blocks:
-                if rng is not None:
-                    rng.permutation(stop - int(s))  # keep the random stream in step
-                continue
-            block = self._read_block(int(s), stop)
-            if rng is None:
-                # Copy out of the read-only memory map; torch tensors must own writable memory.
-                yield {k: np.array(v) for k, v in block.items()}
-                continue
-            perm = rng.permutation(block["sparse"].shape[0])
-            yield {k: v[perm] for k, v in block.items()}
+        if rng is None:
+            # Copy out of the read-only memory map; torch tensors must own writable memory.
+            return {k: np.array(v) for k, v in block.items()}
+        perm = rng.permutation(stop - start)
+        return {k: v[perm] for k, v in block.items()}
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch of batches; each iteration advances the epoch counter."""
@@ -183,21 +192,46 @@ class BatchLoader:
         self.sampler.set_epoch(epoch + 1)
         skip = self._skip[1] if self._skip is not None and self._skip[0] == epoch else 0
         self._skip = None
+        self._position = (epoch, skip)
         rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
-        per_block = self.block_rows // self.batch_size
-        done = skip - skip % per_block
-        self._position = (epoch, done)
-        for block in self._blocks(rng, skip // per_block):
-            n = block["sparse"].shape[0]
-            for s in range(0, n, self.batch_size):
-                if self.drop_last and s + self.batch_size > n:
-                    break
-                if done < skip:
-                    done += 1
+        for batch in self._batches(rng, skip * self.batch_size):
+            self._position = (epoch, self._position[1] + 1)
+            yield batch
+
+    def _blocks(
+        self, rng: np.random.Generator | None, skip_rows: int
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """This rank's blocks of the epoch, less their first ``skip_rows`` rows in all."""
+        for start, stop in self._pieces(rng):
+            if skip_rows >= stop - start:
+                skip_rows -= stop - start
+                if rng is not None:
+                    rng.permutation(stop - start)  # keep the random stream in step
+                continue
+            block = self._read(start, stop, rng)
+            if skip_rows:
+                block, skip_rows = {k: v[skip_rows:] for k, v in block.items()}, 0
+            yield block
+
+    def _batches(self, rng: np.random.Generator | None, skip_rows: int) -> Iterator[Batch]:
+        size, carry = self.batch_size, None
+        for block in self._blocks(rng, skip_rows):
+            first = 0
+            if carry is not None:
+                # A batch straddling two blocks: the tail of one plus the head of the next.
+                first = size - len(carry["row_id"])
+                carry = {k: np.concatenate([carry[k], v[:first]]) for k, v in block.items()}
+                if len(carry["row_id"]) < size:
                     continue
-                done += 1
-                self._position = (epoch, done)
-                yield self._to_batch({k: v[s : s + self.batch_size] for k, v in block.items()})
+                yield self._to_batch(carry)
+                carry = None
+            n = len(block["row_id"])
+            full = first + (n - first) // size * size
+            for s in range(first, full, size):
+                yield self._to_batch({k: v[s : s + size] for k, v in block.items()})
+            carry = {k: v[full:] for k, v in block.items()} if full < n else None
+        if carry is not None and not self.drop_last:
+            yield self._to_batch(carry)
 
     @staticmethod
     def _to_batch(piece: dict[str, np.ndarray]) -> Batch:

@@ -1,17 +1,21 @@
 """Validation and transforms of label and dense columns, with file + line in every error.
 
 Dense values become ``log(1 + max(x, 0))`` (missing -> 0); labels must be 0 or 1. A bad
-row either raises ``ValueError`` naming the file and line, or (``on_bad_row="skip"``) is
-marked so the caller can drop and count it.
+row either raises ``ValueError`` naming the file, line, column, value and what is allowed,
+or (``on_bad_row="skip"``) is marked so the caller can drop and count it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ssl_rec.data.raw import RawBatch
 
 ON_BAD_ROW = ("raise", "skip")
 _NUMBER = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf|infinity)\s*$"
@@ -68,7 +72,8 @@ def to_float(
         if not skip:
             row = int(np.argmax(bad))
             raise ValueError(
-                f"{origin.where(row)}: column {name!r} must be numeric, got {text[row].as_py()!r}"
+                f"{origin.where(row)}: column {name!r} must be a number, got "
+                f"{text[row].as_py()!r} (cells in preprocess.missing_values are missing)"
             ) from None
         floats = pc.cast(pc.if_else(pa.chunked_array([bad]), None, text), pa.float64())
     is_null = pc.is_null(floats).to_numpy(zero_copy_only=False)
@@ -123,3 +128,64 @@ def parse_label(
         raw = None if is_null[row] else _as_chunked(column)[row].as_py()
         raise ValueError(f"{origin.where(row)}: label {name!r} must be 0 or 1, got {raw!r}")
     return values.astype(np.float32), invalid
+
+
+def as_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """One ``string`` array of a column's values (integers as their text, null kept)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column if column.type == pa.string() else pc.cast(column, pa.string())
+
+
+class RowValidator:
+    """Turns record batches into :class:`RawBatch` es: checks numbers and labels per batch.
+
+    Args:
+        source: yields ``(record batch, line or row number of its row 0)`` and has
+            ``path``, ``skipped`` (rows it dropped) and ``position()``.
+        dense: dense column names.
+        categorical: categorical column names.
+        label: label column name, or ``None`` for unlabeled data.
+        skip: drop and count bad rows instead of raising ``ValueError``.
+        unit: ``"line"`` (text) or ``"row"`` (Parquet), for error messages.
+
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        dense: list[str],
+        categorical: list[str],
+        label: str | None,
+        skip: bool,
+        unit: str = "line",
+    ) -> None:
+        self.source, self.dense, self.categorical = source, dense, categorical
+        self.label, self.skip, self.unit = label, skip, unit
+
+    @property
+    def path(self) -> str:
+        """The file being read."""
+        return str(self.source.path)
+
+    def position(self) -> int:
+        """Bytes of the file consumed so far."""
+        return self.source.position()
+
+    def __iter__(self) -> Iterator[RawBatch]:
+        """Yield the validated batches of the file; bad rows raise or are dropped."""
+        reported = 0
+        for batch, first in self.source:
+            origin = Origin(self.path, first, self.unit)
+            dense, bad = parse_dense(
+                [batch.column(n) for n in self.dense], self.dense, origin, self.skip
+            )
+            label = None
+            if self.label is not None:
+                label, bad_label = parse_label(batch.column(self.label), self.label, origin,
+                                               self.skip)  # fmt: skip
+                bad |= bad_label
+            cats = [as_strings(batch.column(n)) for n in self.categorical]
+            dropped, reported = self.source.skipped - reported, self.source.skipped
+            raw = RawBatch(dense, cats, label, dropped + int(bad.sum()))
+            yield raw.take(~bad) if bad.any() else raw

@@ -1,37 +1,48 @@
-"""Raw files -> id-encoded Arrow splits: split assignment, vocabularies, encoding, writing.
+"""Raw files -> id-encoded, sharded Arrow splits, streaming in memory bounded by the vocabularies.
 
-Two passes over the training parts: count raw values per field (fit the vocabularies on
-training rows only), then encode every split and append it to its Arrow file. A part is
-one file (split by file or day) or one split's rows of a file (random split); a one-entry
-memo reads a randomly split file once. Given a model's vocabularies, the fitting pass is
-skipped and values the vocabularies do not know get id 0, counted per split and field.
+Two passes over record batches, never a whole file in memory:
+
+1. **count** (skipped when a model's vocabularies are given): parse each training file once,
+   count the raw values of every field over the training rows
+   (:class:`~ssl_rec.data.counting.ValueCounter`), and spill the parsed batches to disk when
+   it has room (:mod:`ssl_rec.data.spill`); then fit one :class:`Vocabulary` per field;
+2. **encode**: read every file (training files from their spill), map values to ids
+   (:class:`~ssl_rec.data.lookup.VocabularyLookup`; values given vocabularies do not know
+   -> 0, counted per split and field) and append the rows to their split's shards
+   (:class:`~ssl_rec.data.routing.SplitRoutes`).
+
+Peak memory is the vocabularies (about 16 bytes per distinct value of at most 8 bytes while
+counting, 12 per kept value while encoding) plus a few blocks of rows; the split of every
+row is a pure function of the plan (:mod:`ssl_rec.data.plan`), so the output is the same
+bit for bit whatever the block size.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-import pyarrow as pa
-from tqdm.auto import tqdm
 
+from ssl_rec.data import spill as spill_module
+from ssl_rec.data.counting import ValueCounter
+from ssl_rec.data.lookup import VocabularyLookup, dictionary_counts
 from ssl_rec.data.parsing import check_on_bad_row
-from ssl_rec.data.raw import RawPart
-from ssl_rec.data.storage import SPLITS, SplitWriter, split_schema
+from ssl_rec.data.plan import SPLITS, Part, Plan, SplitDraw
+from ssl_rec.data.progress import PassProgress
+from ssl_rec.data.raw import RawBatch
+from ssl_rec.data.reading import ordered_map, prefetch
+from ssl_rec.data.routing import SplitRoutes
+from ssl_rec.data.spill import SpillReader, SpillWriter
+from ssl_rec.data.storage import SHARD_ROWS
 from ssl_rec.schema import CategoricalField, FeatureSchema
-from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies, count_unseen
-from ssl_rec.vocabulary import (
-    VOCAB_DIRNAME,
-    Vocabulary,
-    count_values,
-    merge_counts,
-)
+from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies
+from ssl_rec.vocabulary import VOCAB_DIRNAME, Vocabulary
 
-WRITE_ROWS = 65536
 log = logging.getLogger(__name__)
 
 
@@ -40,14 +51,19 @@ class PreprocessOptions:
     """How raw files become ids and splits.
 
     Args:
-        min_frequency: raw values seen fewer times in training map to id 0.
-        max_vocab_size: a field with more ids (including 0) is hashed into this many;
-            ``None`` keeps every value.
-        val_fraction: fraction of rows for validation when one file is split randomly.
-        test_fraction: fraction of rows for test when one file is split randomly; 1 makes
+        min_frequency: raw values seen fewer times in training map to id 0 (a field whose
+            every value is rare keeps only id 0 and one unused id).
+        max_vocab_size: a field with more distinct training values than this minus one is
+            hashed into this many ids (MLPerf's DLRM uses 40M on Criteo Terabyte); bounds
+            the memory of counting. ``None`` counts and keeps every value.
+        val_fraction: fraction of rows drawn for validation when a split has no file.
+        test_fraction: fraction of rows drawn for test when a split has no file; 1 makes
             every row a test row (a new file scored with a model's vocabulary).
         on_bad_row: ``"raise"`` or ``"skip"`` (count, warn, and record in the schema).
         split_seed: seed of the random split.
+        missing_values: cells that mean "missing" (categorical -> id 0, dense -> 0);
+            by default only the empty cell, so ``NA`` or ``null`` are ordinary values.
+        shard_rows: rows per Arrow shard of the output at most.
 
     """
 
@@ -57,6 +73,8 @@ class PreprocessOptions:
     test_fraction: float = 0.1
     on_bad_row: str = "raise"
     split_seed: int = 0
+    missing_values: tuple[str, ...] = ("",)
+    shard_rows: int = SHARD_ROWS
 
     def __post_init__(self) -> None:
         if self.min_frequency < 1:
@@ -73,10 +91,19 @@ class PreprocessOptions:
                 f"{self.val_fraction} + {self.test_fraction}"
             )
         check_on_bad_row(self.on_bad_row)
+        if isinstance(self.missing_values, str) or not all(
+            isinstance(v, str) for v in self.missing_values
+        ):
+            raise ValueError(
+                f"missing_values must be a list of strings, got {self.missing_values!r}"
+            )
+        object.__setattr__(self, "missing_values", tuple(self.missing_values))
+        if self.shard_rows < 1:
+            raise ValueError(f"shard_rows must be >= 1, got {self.shard_rows}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (part of the cache key and schema metadata)."""
-        return asdict(self)
+        return {**asdict(self), "missing_values": list(self.missing_values)}
 
 
 @dataclass(frozen=True)
@@ -92,103 +119,145 @@ class Layout:
 
     dense: tuple[str, ...]
     categorical: tuple[str, ...]
-    label: str
+    label: str | None
 
 
-class PartReader:
-    """Reads parts ``(path, split)``; a randomly split file is read once and memoised.
+class RawStream(Protocol):
+    """The validated batches of one file (what a source's reader returns)."""
 
-    Args:
-        read: ``read(path) -> RawPart`` for one file.
-        split_files: ``split -> files`` when splitting by file; ``None`` for random split.
-        options: fractions and seed of the random split.
+    path: str
 
+    def __iter__(self) -> Iterator[RawBatch]:
+        """Yield the file's validated batches."""
+        ...
+
+    def position(self) -> int:
+        """Bytes of the file consumed so far (for the progress bar)."""
+        ...
+
+
+OpenPart = Callable[[Part], RawStream]
+
+
+def _size(path: str) -> int:
+    return Path(path).stat().st_size
+
+
+def _encoded(stream: RawStream, spill: SpillWriter | None) -> Iterator[RawBatch]:
+    """The stream's batches dictionary-encoded, written to ``spill`` on the way."""
+    for raw in stream:
+        raw = raw.encoded()
+        if spill is not None:
+            spill.write(raw, raw.categorical)
+        yield raw
+    if spill is not None:
+        spill.close()
+
+
+def encode_batch(
+    raw: RawBatch, lookups: list[VocabularyLookup], unseen: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(ids int32[N, F], unseen bool[N, F] or None)`` of a batch.
+
+    ``unseen`` (computed when asked) marks the non-missing values that got id 0.
     """
-
-    def __init__(
-        self,
-        read: Callable[[str], RawPart],
-        split_files: dict[str, list[str]] | None,
-        options: PreprocessOptions,
-    ) -> None:
-        self._read, self._split_files, self._options = read, split_files, options
-        self._memo: tuple[str, RawPart] | None = None
-
-    def parts(self, split: str, files: list[str]) -> list[tuple[str, str]]:
-        """List the ``(path, split)`` parts of ``split``."""
-        if self._split_files is not None:
-            return [(p, split) for p in self._split_files.get(split, [])]
-        return [(p, split) for p in files]
-
-    def __call__(self, path: str, split: str) -> RawPart:
-        """Rows of ``path`` belonging to ``split``."""
-        if self._memo is None or self._memo[0] != path:
-            self._memo = (path, self._read(path))
-        part = self._memo[1]
-        if self._split_files is not None:
-            return part
-        return part.take(split_mask(part.num_rows, split, self._options))
-
-    def raw_columns(
-        self, split: str, files: list[str], read: Callable[[str], pa.Table]
-    ) -> pa.Table:
-        """Columns ``read(path)`` of ``split``'s rows, in the order preprocessing wrote them."""
-        tables = []
-        for path, s in self.parts(split, files):
-            table = read(path)
-            if self._split_files is None:
-                table = table.filter(pa.array(split_mask(table.num_rows, s, self._options)))
-            tables.append(table)
-        return pa.concat_tables(tables)
+    ids = np.empty((raw.num_rows, len(lookups)), np.int32)
+    mask = np.empty(ids.shape, bool) if unseen else None
+    for f, (lookup, column) in enumerate(zip(lookups, raw.categorical, strict=True)):
+        if mask is None:
+            ids[:, f] = lookup.encode(column)[0]
+        else:
+            ids[:, f], mask[:, f] = lookup.encode_rows(column)
+    return ids, mask
 
 
-def split_mask(n: int, split: str, options: PreprocessOptions) -> np.ndarray:
-    """``bool[n]``: the rows of a randomly split file that belong to ``split``."""
-    r = np.random.default_rng(options.split_seed).random(n)
-    test, val = options.test_fraction, options.test_fraction + options.val_fraction
-    which = np.where(r < test, 2, np.where(r < val, 1, 0))
-    return which == SPLITS.index(split)
+class _Run:
+    """One preprocessing run: the plan, the reader, the options and the output directory."""
 
+    def __init__(self, plan: Plan, open_part: OpenPart, layout: Layout,
+                 options: PreprocessOptions, out: Path) -> None:  # fmt: skip
+        self.plan, self.open_part, self.layout = plan, open_part, layout
+        self.options, self.out = options, out
+        self.skipped: dict[str, int] = {}
+        self.spilled: dict[int, SpillWriter] = {}
+        self.counted: set[int] = set()
 
-def fit_vocabularies(
-    parts: list[RawPart], layout: Layout, options: PreprocessOptions
-) -> list[Vocabulary]:
-    """Count raw values over the training parts and fit one vocabulary per field."""
-    vocabs = []
-    for f in range(len(layout.categorical)):
-        counts = merge_counts([count_values(p.categorical[f]) for p in parts])
-        vocabs.append(Vocabulary.fit(*counts, options.min_frequency, options.max_vocab_size))
-    return vocabs
+    def count(self) -> list[Vocabulary]:
+        """Pass 1: count the training rows' values (spilling parsed batches) and fit."""
+        indices = [i for i, p in enumerate(self.plan.parts) if p.mode in ("train", "random")]
+        paths = [self.plan.parts[i].path for i in indices]
+        counters = [ValueCounter(self.options.max_vocab_size) for _ in self.layout.categorical]
+        spill = spill_module.spill_fits(paths, self.out)
+        draw, progress = SplitDraw(self.plan), PassProgress("count", sum(map(_size, paths)))
+        done, train_rows = 0, 0
+        for i in indices:
+            part = self.plan.parts[i]
+            self.counted.add(i)
+            stream = self.open_part(part)
+            writer = self._spill_writer(i, part) if spill else None
+            for raw in prefetch(_encoded(stream, writer)):
+                rows = draw(raw.num_rows) == 0 if part.mode == "random" else None
+                for counter, column in zip(counters, raw.categorical, strict=True):
+                    counter.add(column.dictionary, dictionary_counts(column, rows))
+                train_rows += raw.num_rows if rows is None else int(rows.sum())
+                self.skipped[part.path] = self.skipped.get(part.path, 0) + raw.skipped
+                progress.update(raw.num_rows, done + stream.position())
+            done += _size(part.path)
+        progress.close()
+        if train_rows == 0:
+            raise ValueError(
+                f"no training rows in {self.plan.files('train')} to fit a vocabulary on "
+                f"(test_fraction={self.options.test_fraction}); a file of test rows only needs "
+                "a model's vocabulary (ssl-rec test/predict --ckpt_path, or "
+                "datamodule.use_vocabulary)"
+            )
+        return [c.vocabulary(self.options.min_frequency) for c in counters]
 
+    def _spill_writer(self, index: int, part: Part) -> SpillWriter:
+        folder = self.out / ".spill"
+        folder.mkdir(exist_ok=True)
+        writer = SpillWriter(folder / f"{index}.arrow", len(self.layout.dense),
+                             len(self.layout.categorical), part.labeled)  # fmt: skip
+        self.spilled[index] = writer
+        return writer
 
-def encode_part(part: RawPart, vocabs: list[Vocabulary], unseen: np.ndarray | None = None
-                ) -> np.ndarray:  # fmt: skip
-    """``int32[N, F]`` ids of a part's categorical columns; adds unseen values to ``unseen[F]``."""
-    sparse = np.empty((part.num_rows, len(vocabs)), np.int32)
-    for f, vocab in enumerate(vocabs):
-        sparse[:, f] = vocab.encode(part.categorical[f])
-        if unseen is not None:
-            unseen[f] += count_unseen(sparse[:, f], part.categorical[f])
-    return sparse
+    def _stream(self, index: int, part: Part) -> RawStream:
+        if index in self.spilled:
+            writer = self.spilled.pop(index)
+            return SpillReader(writer.path, part.path, _size(part.path), writer.rows)
+        return self.open_part(part)
 
-
-def _write_split(
-    path: Path, parts: list[RawPart], vocabs: list[Vocabulary], n_dense: int, labeled: bool
-) -> tuple[int, np.ndarray]:
-    unseen = np.zeros(len(vocabs), np.int64)
-    with SplitWriter(path, split_schema(n_dense, len(vocabs), labeled, False)) as writer:
-        for part in parts:
-            sparse = encode_part(part, vocabs, unseen)
-            for s in range(0, max(part.num_rows, 1), WRITE_ROWS):
-                stop = s + WRITE_ROWS
-                label = None if part.label is None else part.label[s:stop]
-                if part.num_rows:
-                    writer.write(part.dense[s:stop], sparse[s:stop], label)
-        return writer.rows, unseen
+    def encode(self, vocabularies: list[Vocabulary], count_unseen: bool) -> SplitRoutes:
+        """Pass 2: encode every part into its splits; return the (closed) writers."""
+        lookups = [VocabularyLookup(v) for v in vocabularies]
+        shape = (len(self.layout.dense), len(self.layout.categorical))
+        routes = SplitRoutes(self.plan, shape, self.options.shard_rows, self.out, count_unseen)
+        progress, done = PassProgress("encode", sum(_size(p.path) for p in self.plan.parts)), 0
+        for i, part in enumerate(self.plan.parts):
+            stream = self._stream(i, part)
+            staged = routes.staging(i) if part.mode == "halves" else None
+            batches = prefetch(stream)
+            encode = lambda r: encode_batch(r, lookups, count_unseen)  # noqa: E731
+            for raw, (ids, unseen) in ordered_map(encode, batches):
+                routes.write(part, staged, raw, ids, unseen)
+                if i not in self.counted:
+                    self.skipped[part.path] = self.skipped.get(part.path, 0) + raw.skipped
+                progress.update(raw.num_rows, done + stream.position())
+            done += _size(part.path)
+            routes.end_part()
+            if staged is not None:
+                routes.cut_in_halves(staged)
+        progress.close()
+        routes.close()
+        shutil.rmtree(self.out / ".spill", ignore_errors=True)
+        return routes
 
 
 def given_vocabularies(vocabularies: Vocabularies, layout: Layout) -> list[Vocabulary]:
     """The vocabularies of ``layout``'s fields, in order (``ValueError`` if the fields differ)."""
+    if not isinstance(vocabularies, Vocabularies):
+        raise ValueError(f"vocabularies must be ssl_rec.vocabularies.Vocabularies, got "
+                         f"{type(vocabularies).__name__}")  # fmt: skip
     if vocabularies.names != list(layout.categorical):
         raise ValueError(
             f"the model's vocabulary has categorical fields {vocabularies.names}, the data "
@@ -207,106 +276,81 @@ def report_unseen(split: str, rows: int, unseen: dict[str, int]) -> None:
                 split, sum(seen.values()), rows, detail)  # fmt: skip
 
 
-def _labeled(split: str, parts: list[RawPart]) -> bool:
-    flags = {p.label is not None for p in parts}
-    if len(flags) > 1:
-        raise ValueError(f"split {split!r} mixes labeled and unlabeled files: "
-                         f"{[p.source for p in parts]}")  # fmt: skip
-    return flags.pop() if flags else True
+def _split_metadata(run: _Run, routes: SplitRoutes) -> dict[str, Any]:
+    out = {}
+    for split in SPLITS:
+        files = run.plan.files(split)
+        out[split] = {
+            "rows": routes.writers[split].rows,
+            "labeled": run.plan.labeled(split),
+            "shards": len(routes.writers[split].shards),
+            "files": files,
+            "skipped_rows": int(sum(run.skipped.get(f, 0) for f in files)),
+        }
+    return out
 
 
 def preprocess(
-    reader: PartReader,
-    files: list[str],
+    plan: Plan,
+    open_part: OpenPart,
     layout: Layout,
     options: PreprocessOptions,
     out_dir: Path,
     final_dir: Path,
     vocabularies: Vocabularies | None = None,
 ) -> FeatureSchema:
-    """Fit vocabularies on the training parts (unless given), write every split, return the schema.
+    """Fit vocabularies on the training rows (or use given ones), write every split's shards.
 
     Args:
-        reader: yields the rows of each part.
-        files: input files (used by a random split; by-file splits use the reader's map).
+        plan: the input files and where their rows go.
+        open_part: returns the validated batches of a part's file.
         layout: output column names.
         options: preprocessing options.
         out_dir: directory being written (a temporary one).
         final_dir: where ``out_dir`` will live; stored in ``metadata["vocab_dir"]``.
         vocabularies: a model's vocabularies to encode with instead of fitting new ones;
-            values they do not know get id 0 and are counted in ``metadata["unseen_values"]``.
+            values they do not know get id 0 and are counted per split and field in
+            ``metadata["unseen_values"]``.
+
+    Returns:
+        The schema; ``metadata`` holds the options, the plan, rows / shards / skipped rows
+        per split, the vocabularies' fingerprints, hashed fields and ``vocab_dir`` (and
+        unseen values per split when vocabularies were given).
 
     """
-    plan = {s: reader.parts(s, files) for s in SPLITS}
-    fit = vocabularies is None
-    progress = tqdm(total=sum(map(len, plan.values())) + fit * len(plan["train"]),
-                    desc="preprocess")  # fmt: skip
-    if fit:
-        vocabs = _fit(reader, plan["train"], layout, options, progress)
+    run = _Run(plan, open_part, layout, options, out_dir)
+    given = vocabularies is not None
+    if given:
+        vocabs = given_vocabularies(vocabularies, layout)
+    else:
+        vocabs = run.count()
         vocabularies = Vocabularies(dict(zip(layout.categorical, vocabs, strict=True)),
                                     options.min_frequency, options.max_vocab_size)  # fmt: skip
-    else:
-        vocabs = given_vocabularies(vocabularies, layout)
-    splits_meta: dict[str, Any] = {}
-    unseen_meta: dict[str, dict[str, int]] = {}
-    skipped_by_file: dict[str, int] = {}
-    for split in SPLITS:
-        parts = []
-        for path, s in plan[split]:
-            parts.append(reader(path, s))
-            progress.update()
-        skipped_by_file.update({p.source: p.skipped for p in parts})
-        labeled = _labeled(split, parts)
-        path = out_dir / f"{split}.arrow"
-        rows, unseen = _write_split(path, parts, vocabs, len(layout.dense), labeled)
-        unseen_meta[split] = dict(zip(layout.categorical, unseen.tolist(), strict=True))
-        if not fit:
-            report_unseen(split, rows, unseen_meta[split])
-        splits_meta[split] = {
-            "rows": rows,
-            "labeled": labeled,
-            "skipped_rows": int(sum({p.source: p.skipped for p in parts}.values())),
-            "files": sorted({p.source for p in parts}),
-        }
-    progress.close()
+    routes = run.encode(vocabs, count_unseen=given)
     for name, vocab in zip(layout.categorical, vocabs, strict=True):
         vocab.save(out_dir / VOCAB_DIRNAME, name)
-    if fit:
+    if not given:
         vocabularies.save(out_dir / VOCABULARY_FILENAME)
-    fields = [CategoricalField(n, v.cardinality) for n, v in zip(layout.categorical, vocabs,
-                                                                   strict=True)]  # fmt: skip
-    skipped = int(sum(skipped_by_file.values()))
+    fields = [CategoricalField(n, v.cardinality)
+              for n, v in zip(layout.categorical, vocabs, strict=True)]  # fmt: skip
+    skipped = int(sum(run.skipped.values()))
+    if skipped:
+        log.warning("skipped %d bad rows in total (on_bad_row='skip')", skipped)
     metadata = {
         "options": options.to_dict(),
-        "splits": splits_meta,
+        "plan": plan.to_dict(),
+        "splits": _split_metadata(run, routes),
         "skipped_rows": skipped,
         "vocab_dir": str(final_dir / VOCAB_DIRNAME),
         "hashed_fields": [n for n, v in zip(layout.categorical, vocabs, strict=True) if v.hashed],
         "vocabulary": vocabularies.fingerprints(),
-        "vocabulary_given": not fit,
+        "vocabulary_given": given,
     }
-    if not fit:
-        metadata["unseen_values"] = unseen_meta
-    if skipped:
-        log.warning("skipped %d bad rows in total (on_bad_row='skip')", skipped)
+    if given:
+        metadata["unseen_values"] = {
+            split: dict(zip(layout.categorical, counts.tolist(), strict=True))
+            for split, counts in routes.unseen.items()
+        }
+        for split, counts in metadata["unseen_values"].items():
+            report_unseen(split, routes.writers[split].rows, counts)
     return FeatureSchema(layout.dense, tuple(fields), layout.label, metadata)
-
-
-def _fit(
-    reader: PartReader,
-    train: list[tuple[str, str]],
-    layout: Layout,
-    options: PreprocessOptions,
-    progress: tqdm,
-) -> list[Vocabulary]:
-    parts = []
-    for path, split in train:
-        parts.append(reader(path, split))
-        progress.update()
-    if sum(p.num_rows for p in parts) == 0:
-        raise ValueError(
-            f"no training rows in {[p for p, _ in train]} to fit a vocabulary on "
-            f"(test_fraction={options.test_fraction}); a file of test rows only needs a "
-            "model's vocabulary (ssl-rec test/predict --ckpt_path, or datamodule.use_vocabulary)"
-        )
-    return fit_vocabularies(parts, layout, options)

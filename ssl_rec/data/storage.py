@@ -1,11 +1,13 @@
-"""Preprocessed splits on disk: HuggingFace ``datasets`` Arrow files in a keyed cache.
+"""Preprocessed splits on disk: sharded Arrow files in a keyed, locked cache.
 
-Each split is one Arrow stream file (``<split>.arrow``) with one fixed-size-list column per
-feature group (``dense float32[n_dense]``, ``sparse int32[F]``), ``label float32`` when
-labeled and ``prob float32`` (true click probability) for synthetic data. A cache entry is
-a directory ``<cache_dir>/<kind>-<key>`` whose key hashes the inputs and options; it is
-built in a temporary sibling and renamed when complete (:func:`ssl_rec._io.atomic_directory`),
-so an interrupted build never leaves an entry that a later run trusts.
+Each split is a directory of Arrow stream files (``<split>/00000.arrow``, ...): a new shard
+starts with every input file and after ``shard_rows`` rows, so no file grows without bound
+and a split larger than RAM is read by memory-mapping one shard at a time. Columns: one
+fixed-size list per feature group (``dense float32[n_dense]``, ``sparse int32[F]``),
+``label float32`` when labeled and ``prob float32`` (true click probability) for synthetic
+data. A cache entry is a directory ``<cache_dir>/<kind>-<key>`` whose key hashes the inputs
+and options; it is built in a temporary sibling under a lock and renamed when complete
+(:mod:`ssl_rec._io`), so an interrupted build never leaves an entry a later run trusts.
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from ssl_rec._io import atomic_directory
+from ssl_rec._io import FileLock, atomic_directory, remove_stale_temporaries
+from ssl_rec.data.plan import SPLIT_NAMES, SPLITS
 from ssl_rec.schema import SCHEMA_FILENAME, FeatureSchema
 
 DENSE, SPARSE, LABEL, PROB = "dense", "sparse", "label", "prob"
-SPLITS = ("train", "val", "test")
-# File stems that name a split in a directory of files (train.csv, valid.txt.gz, ...).
-SPLIT_NAMES = {"train": "train", "valid": "val", "val": "val", "validation": "val", "test": "test"}
+SHARD_ROWS = 2_000_000
 CACHE_ENV = "SSL_REC_CACHE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 log = logging.getLogger(__name__)
+
+__all__ = ["SPLITS", "SPLIT_NAMES", "ShardWriter", "cached_build", "open_split", "split_schema"]
 
 
 def default_cache_dir() -> Path:
@@ -55,7 +58,7 @@ def cache_key(inputs: dict[str, Any]) -> str:
 
 
 def split_schema(n_dense: int, n_fields: int, labeled: bool, with_prob: bool) -> pa.Schema:
-    """Arrow schema of a split file."""
+    """Arrow schema of a split's shards."""
     fields = [
         pa.field(DENSE, pa.list_(pa.float32(), n_dense)),
         pa.field(SPARSE, pa.list_(pa.int32(), n_fields)),
@@ -67,66 +70,113 @@ def split_schema(n_dense: int, n_fields: int, labeled: bool, with_prob: bool) ->
     return pa.schema(fields)
 
 
-class SplitWriter:
-    """Append batches of rows to ``<directory>/<split>.arrow`` (Arrow stream format).
+def record_batch(schema: pa.Schema, dense: np.ndarray, sparse: np.ndarray,
+                 label: np.ndarray | None = None, prob: np.ndarray | None = None
+                 ) -> pa.RecordBatch:  # fmt: skip
+    """Rows ``dense float32[N, n_dense]``, ``sparse int32[N, F]`` (+ ``[N]``) as one batch."""
+    cols = [
+        pa.FixedSizeListArray.from_arrays(
+            pa.array(np.ascontiguousarray(values, dtype).reshape(-1)),
+            schema.field(name).type.list_size,
+        )
+        for name, values, dtype in ((DENSE, dense, np.float32), (SPARSE, sparse, np.int32))
+    ]
+    for name, values in ((LABEL, label), (PROB, prob)):
+        if schema.get_field_index(name) >= 0:
+            cols.append(pa.array(np.asarray(values, np.float32)))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+class ShardWriter:
+    """Append rows to a split directory, one Arrow stream file per shard.
 
     Args:
-        path: the ``.arrow`` file to create.
+        directory: ``<entry>/<split>`` (created).
         schema: from :func:`split_schema`.
+        shard_rows: rows per shard at most.
 
     Example:
-        >>> with SplitWriter(path, split_schema(13, 26, True, False)) as w:  # doctest: +SKIP
-        ...     w.write(dense, sparse, label)
+        >>> schema = split_schema(13, 26, True, False)
+        >>> with ShardWriter(out / "train", schema) as w:  # doctest: +SKIP
+        ...     w.write(record_batch(schema, dense, sparse, label))
 
     """
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
-        self.schema = schema
+    def __init__(self, directory: Path, schema: pa.Schema, shard_rows: int = SHARD_ROWS) -> None:
+        if shard_rows < 1:
+            raise ValueError(f"shard_rows must be >= 1, got {shard_rows}")
+        self.directory, self.schema, self.shard_rows = Path(directory), schema, shard_rows
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.rows = 0
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer = pa.ipc.new_stream(self._sink, schema)
+        self.shards: list[tuple[Path, int]] = []
+        self._sink: pa.NativeFile | None = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
 
-    def write(
-        self,
-        dense: np.ndarray,
-        sparse: np.ndarray,
-        label: np.ndarray | None = None,
-        prob: np.ndarray | None = None,
-    ) -> None:
-        """Append ``N`` rows: ``dense float32[N, n_dense]``, ``sparse int32[N, F]``, ``[N]``."""
-        n = sparse.shape[0]
-        cols = [
-            pa.FixedSizeListArray.from_arrays(
-                pa.array(np.ascontiguousarray(dense, np.float32).reshape(-1)), dense.shape[1]
-            ),
-            pa.FixedSizeListArray.from_arrays(
-                pa.array(np.ascontiguousarray(sparse, np.int32).reshape(-1)), sparse.shape[1]
-            ),
-        ]
-        for name, values in ((LABEL, label), (PROB, prob)):
-            if self.schema.get_field_index(name) >= 0:
-                cols.append(pa.array(np.asarray(values, np.float32)))
-        self._writer.write_batch(pa.RecordBatch.from_arrays(cols, schema=self.schema))
-        self.rows += n
+    def _next_path(self) -> Path:
+        return self.directory / f"{len(self.shards):05d}.arrow"
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Append a batch, starting new shards as they fill."""
+        while batch.num_rows:
+            if self._writer is None:
+                path = self._next_path()
+                self._sink = pa.OSFile(str(path), "wb")
+                self._writer = pa.ipc.new_stream(self._sink, self.schema)
+                self.shards.append((path, 0))
+            path, held = self.shards[-1]
+            take = min(batch.num_rows, self.shard_rows - held)
+            self._writer.write_batch(batch.slice(0, take))
+            self.shards[-1] = (path, held + take)
+            self.rows += take
+            batch = batch.slice(take)
+            if held + take >= self.shard_rows:
+                self.end_part()
+
+    def end_part(self) -> None:
+        """Close the current shard; the next row starts a new one (one input file per shard)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+
+    def adopt(self, path: Path, rows: int) -> None:
+        """Move a finished shard file of this schema in as the next shard."""
+        self.end_part()
+        target = self._next_path()
+        os.replace(path, target)
+        self.shards.append((target, rows))
+        self.rows += rows
 
     def close(self) -> None:
-        """Finish the stream and close the file."""
-        self._writer.close()
-        self._sink.close()
+        """Finish the last shard (an empty split gets one empty shard)."""
+        if not self.shards:
+            path = self._next_path()
+            with pa.OSFile(str(path), "wb") as sink:
+                pa.ipc.new_stream(sink, self.schema).close()
+            self.shards.append((path, 0))
+        self.end_part()
 
-    def __enter__(self) -> SplitWriter:
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
+def shard_paths(directory: str | os.PathLike[str], split: str) -> list[Path]:
+    """The shard files of ``split`` in order (``FileNotFoundError`` if there are none)."""
+    folder = Path(directory) / split
+    paths = sorted(folder.glob("*.arrow")) if folder.is_dir() else []
+    if not paths:
+        raise FileNotFoundError(f"no preprocessed split {split!r} at {folder}")
+    return paths
+
+
 def open_split(directory: str | os.PathLike[str], split: str) -> datasets.Dataset:
-    """Memory-map ``<directory>/<split>.arrow`` as a ``datasets.Dataset``."""
-    path = Path(directory) / f"{split}.arrow"
-    if not path.is_file():
-        raise FileNotFoundError(f"no preprocessed split {split!r} at {path}")
-    return datasets.Dataset.from_file(str(path), in_memory=False)
+    """Memory-map the shards of ``<directory>/<split>/`` as one ``datasets.Dataset``."""
+    parts = [datasets.Dataset.from_file(str(p), in_memory=False)
+             for p in shard_paths(directory, split)]  # fmt: skip
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
 def cached_build(
@@ -136,6 +186,9 @@ def cached_build(
     build: Callable[[Path, Path], FeatureSchema],
 ) -> tuple[Path, FeatureSchema]:
     """Return the cache entry for ``inputs``, building it first if absent.
+
+    A lock file ``.<entry>.lock`` makes a second process wait for the first one's build
+    and then use it; temporary directories of killed builds are removed first.
 
     Args:
         cache_dir: root of the cache.
@@ -150,14 +203,15 @@ def cached_build(
     """
     final = Path(cache_dir) / f"{kind}-{cache_key(inputs)}"
     if (final / SCHEMA_FILENAME).is_file():
+        log.info("using preprocessed data cached at %s", final)
         return final, FeatureSchema.load(final)
-    try:
-        with atomic_directory(final, overwrite=True) as tmp:
-            schema = build(tmp, final)
-            schema.save(tmp)
-    except OSError:
-        # Another process finished the same entry first: theirs is complete, use it.
+    lock = final.with_name(f".{final.name}.lock")
+    with FileLock(lock, f"another process is building {final}; waiting for it"):
         if not (final / SCHEMA_FILENAME).is_file():
-            raise
+            remove_stale_temporaries(final)
+            log.info("preprocessing into %s", final)
+            with atomic_directory(final, overwrite=True) as tmp:
+                schema = build(tmp, final)
+                schema.save(tmp)
     log.info("preprocessed data cached at %s", final)
     return final, FeatureSchema.load(final)

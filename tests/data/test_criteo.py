@@ -64,30 +64,68 @@ def test_min_frequency_and_hashing(tmp_path, criteo_file):
     assert hashed.field("C1").cardinality == base.field("C1").cardinality
 
 
-def test_split_by_day(tmp_path, small_rows):
+def test_split_by_day_mlperf_halves(tmp_path, small_rows):
     for d in range(4):
         write_criteo_tsv(tmp_path / "days" / f"day_{d}.gz", small_rows)
     dm = CriteoDataModule(str(tmp_path / "days"), cache_dir=str(tmp_path / "c"))
     splits = dm.schema.metadata["splits"]
-    assert [len(splits[s]["files"]) for s in ("train", "val", "test")] == [2, 1, 1]
+    assert [len(splits[s]["files"]) for s in ("train", "val", "test")] == [3, 1, 1]
+    assert splits["test"]["files"] == splits["val"]["files"]
     assert splits["test"]["files"][0].endswith("day_3.gz")
-    assert splits["train"]["rows"] == 6000
+    assert [splits[s]["rows"] for s in ("train", "test", "val")] == [9000, 1500, 1500]
+    day3 = read_criteo(tmp_path / "days" / "day_3.gz")
+    test_label = dm.split_table("test").column("label").to_numpy()
+    np.testing.assert_array_equal(test_label, day3.label[:1500])  # test = first half
 
 
-def test_unlabeled_kaggle_test_file(tmp_path, small_rows):
+def test_kaggle_layout_draws_val_and_test_from_train(tmp_path, small_rows):
     write_criteo_tsv(tmp_path / "k" / "train.txt", small_rows)
     write_criteo_tsv(tmp_path / "k" / "test.txt", small_rows, with_label=False)
     dm = CriteoDataModule(str(tmp_path / "k"), cache_dir=str(tmp_path / "c"))
-    assert not dm.split_labeled("test") and dm.split_labeled("train")
-    batch = next(iter(dm.test_dataloader()))
-    assert batch.label is None and batch.sparse.shape[1] == 26
+    splits = dm.schema.metadata["splits"]
+    assert all(dm.split_labeled(s) for s in ("train", "val", "test"))
+    assert sum(splits[s]["rows"] for s in ("train", "val", "test")) == 3000
+    assert 200 < splits["val"]["rows"] < 400 and 200 < splits["test"]["rows"] < 400
+    assert all(f.endswith("train.txt") for s in splits.values() for f in s["files"])
+    batch = next(iter(dm.val_dataloader()))
+    assert batch.label is not None and batch.sparse.shape[1] == 26
+
+
+def test_named_unlabeled_test_file_kept_when_train_is_unlabeled(tmp_path, small_rows):
+    for name in ("train.txt", "val.txt", "test.txt"):
+        write_criteo_tsv(tmp_path / "u" / name, small_rows, with_label=False)
+    dm = CriteoDataModule(str(tmp_path / "u"), use_labels=False, cache_dir=str(tmp_path / "c"))
+    assert not dm.split_labeled("test") and dm.schema.metadata["splits"]["test"]["rows"] == 3000
+    assert next(iter(dm.test_dataloader())).label is None
+
+
+def test_truncated_gzip_names_the_file(tmp_path, small_rows):
+    whole = write_criteo_tsv(tmp_path / "whole.txt.gz", small_rows).read_bytes()
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"cut\.txt\.gz: truncated or corrupt file"):
+        read_criteo(cut)
+
+
+def test_all_rare_field_keeps_the_reserved_id(tmp_path):
+    # Every value of C7 occurs once: with min_frequency 4 they all share id 0.
+    lines = [
+        criteo_line(str(i % 2), cats=[HEX] * 6 + [f"{i:08x}"] + [HEX] * 19) for i in range(200)
+    ]
+    path = write_lines(tmp_path / "rare.txt", lines)
+    opts = PreprocessOptions(min_frequency=4)
+    dm = CriteoDataModule(str(path), preprocess=opts, cache_dir=str(tmp_path / "c"))
+    assert dm.schema.field("C7").cardinality == 2 and dm.schema.field("C1").cardinality == 2
+    assert load_vocabulary(dm.schema, "C7").tolist() == ["<missing>", "<unused>"]
+    batch = next(iter(dm.train_dataloader()))
+    assert (batch.sparse[:, 6] == 0).all() and (batch.sparse[:, 0] == 1).all()
 
 
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("\t".join(["0"] * 39), "line 2: expected 40"),
-        (criteo_line(dense=["x"] + ["1"] * 12), "line 2: column 'I1' must be numeric"),
+        ("\t".join(["0"] * 39), "line 2: expected 40 tab-separated columns, got 39"),
+        (criteo_line(dense=["x"] + ["1"] * 12), "line 2: column 'I1' must be a number, got 'x'"),
         (criteo_line(label="2"), "line 2: label 'label' must be 0 or 1"),
         (criteo_line(dense=["nan"] + ["1"] * 12), "line 2: column 'I1' must be finite"),
         (criteo_line(dense=["1", "inf"] + ["1"] * 11), "line 2: column 'I2' must be finite"),

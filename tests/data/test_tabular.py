@@ -1,9 +1,11 @@
+import gzip
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ssl_rec.data import TabularDataModule, read_tabular
+from ssl_rec.data import PreprocessOptions, TabularDataModule, read_tabular
 from ssl_rec.vocabulary import load_vocabulary
 
 CSV = "clicked,age,price,city,item\n1,30,2.5,paris,7\n0,,1.0,rome,8\n1,40,3.0,paris,7\n"
@@ -63,10 +65,80 @@ def test_unknown_columns_listed(tmp_path):
 def test_tabular_bad_rows(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(CSV + "1,abc,1,rome,3\n0,1,1\n")
-    with pytest.raises(ValueError, match="t.csv, line 6: expected 5 columns, got 3"):
+    with pytest.raises(
+        ValueError, match="t.csv, line 6: expected 5 comma-separated columns, got 3"
+    ):
         read_tabular(path, "clicked", ["age"], ["city"])
     part = read_tabular(path, "clicked", ["age"], ["city"], on_bad_row="skip")
     assert part.num_rows == 3 and part.skipped == 2
     (tmp_path / "e.csv").write_text("")
     with pytest.raises(ValueError, match="e.csv: file is empty"):
         read_tabular(tmp_path / "e.csv", "clicked", ["age"], [])
+
+
+def _rows(n=60):
+    lines = ["clicked,age,city"]
+    lines += [f"{i % 2},{i},{['paris', 'rome', 'NA', 'null'][i % 4]}" for i in range(n)]
+    return "\n".join(lines) + "\n"
+
+
+def test_gzip_csv_matches_plain(tmp_path):
+    (tmp_path / "p.csv").write_text(_rows())
+    with gzip.open(tmp_path / "z.csv.gz", "wt") as f:
+        f.write(_rows())
+    plain = read_tabular(tmp_path / "p.csv", "clicked", ["age"], ["city"])
+    packed = read_tabular(tmp_path / "z.csv.gz", "clicked", ["age"], ["city"])
+    np.testing.assert_array_equal(plain.dense, packed.dense)
+    assert plain.categorical[0].to_pylist() == packed.categorical[0].to_pylist()
+    dm = TabularDataModule(str(tmp_path / "z.csv.gz"), "clicked", ["age"], ["city"],
+                           cache_dir=str(tmp_path / "c"))  # fmt: skip
+    assert dm.schema.metadata["splits"]["train"]["rows"] > 0
+
+
+def test_missing_values_are_an_explicit_option(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(_rows(8) + "1,,\n")
+    default = read_tabular(path, "clicked", ["age"], ["city"])
+    assert default.categorical[0].to_pylist()[:4] == ["paris", "rome", "NA", "null"]
+    assert default.categorical[0].to_pylist()[-1] is None
+    spelled = read_tabular(path, "clicked", ["age"], ["city"], missing_values=("", "NA", "null"))
+    assert spelled.categorical[0].to_pylist()[:4] == ["paris", "rome", None, None]
+    (tmp_path / "d.csv").write_text("clicked,age,city\n1,NA,x\n")
+    with pytest.raises(ValueError, match=r"d.csv, line 2: column 'age' must be a number, got 'NA'"):
+        read_tabular(tmp_path / "d.csv", "clicked", ["age"], ["city"])
+    ok = read_tabular(tmp_path / "d.csv", "clicked", ["age"], ["city"], missing_values=("NA",))
+    assert ok.dense[0, 0] == 0.0
+    with pytest.raises(ValueError, match="missing_values must be a list of strings"):
+        PreprocessOptions(missing_values="NA")
+
+
+def test_label_typo_is_reported_before_any_work(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(_rows())
+    dm = TabularDataModule(str(path), "clickd", ["age"], ["city"], cache_dir=str(tmp_path / "c"))
+    with pytest.raises(
+        ValueError,
+        match=r"t.csv: label column 'clickd' not found; available columns: "
+        r"\['clicked', 'age', 'city'\]",
+    ):
+        dm.schema  # noqa: B018
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    with pytest.raises(ValueError, match=r"unknown columns \['town'\]"):
+        bad = TabularDataModule(str(path), "clicked", ["age"], ["town"])
+        bad.schema  # noqa: B018
+    unlabeled = TabularDataModule(str(path), None, ["age"], ["city"], use_labels=False,
+                                  cache_dir=str(tmp_path / "c"))  # fmt: skip
+    assert unlabeled.schema.label is None and not unlabeled.split_labeled("train")
+    with pytest.raises(ValueError, match="label=None .* needs use_labels=False"):
+        TabularDataModule(str(path), None, ["age"], ["city"])
+
+
+def test_directory_with_unlabeled_test_draws_splits_from_train(tmp_path):
+    (tmp_path / "train.csv").write_text(_rows(400))
+    (tmp_path / "test.csv").write_text("age,city\n1,rome\n")
+    dm = TabularDataModule(
+        str(tmp_path), "clicked", ["age"], ["city"], cache_dir=str(tmp_path / "c")
+    )
+    splits = dm.schema.metadata["splits"]
+    assert all(splits[s]["labeled"] and splits[s]["rows"] > 0 for s in ("train", "val", "test"))
+    assert sum(splits[s]["rows"] for s in ("train", "val", "test")) == 400

@@ -3,35 +3,43 @@
 One row per line, tab-separated, no header: ``label, I1..I13, C1..C26`` (40 columns), or
 39 columns without the label (Kaggle's test file). Dense values are integers (``I2`` may
 be negative), categorical values 8-hex-digit hashes; an empty cell is missing. Files may
-be gzip-compressed (``.gz``). Parsing uses ``pyarrow.csv`` (multithreaded C++).
+be gzip-compressed. Files are read in blocks (``pyarrow.csv`` streaming), so memory does
+not grow with their length. Layouts (:mod:`ssl_rec.data.plan`): one file (random split),
+Kaggle's ``train.txt`` (+ unlabeled ``test.txt``: val and test are drawn from train), a
+directory of ``train*`` / ``val*`` / ``test*`` files, or Terabyte's ``day_0 .. day_23``
+(train on days 0-22, test / val = first / second half of day 23).
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
-from ssl_rec.data.parsing import Origin, check_on_bad_row, parse_dense, parse_label
-from ssl_rec.data.preprocess import Layout, PartReader, PreprocessOptions, preprocess
+from ssl_rec.data.parsing import RowValidator, check_on_bad_row
+from ssl_rec.data.plan import (
+    Part,
+    Plan,
+    natural_key,
+    plan_days,
+    plan_named,
+    plan_single,
+    split_columns,
+    split_name,
+)
+from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
 from ssl_rec.data.raw import RawPart
-from ssl_rec.data.storage import SPLIT_NAMES, file_fingerprint
+from ssl_rec.data.reading import TextBatches, TextFormat, first_line
+from ssl_rec.data.storage import file_fingerprint
 from ssl_rec.schema import CRITEO_CATEGORICAL, CRITEO_DENSE, CRITEO_LABEL, FeatureSchema
-from ssl_rec.vocabulary import CodedColumn
 
 N_COLUMNS_LABELED = 1 + len(CRITEO_DENSE) + len(CRITEO_CATEGORICAL)
+CRITEO_TSV = TextFormat("\t", header=False, quoting=False, skip_blank_lines=False)
 log = logging.getLogger(__name__)
-
-
-def _open_text(path: Path):  # noqa: ANN202 - a text file object
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
 
 
 def detect_has_label(path: str | os.PathLike[str]) -> bool:
@@ -45,8 +53,7 @@ def detect_has_label(path: str | os.PathLike[str]) -> bool:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Criteo file not found: {path}")
-    with _open_text(path) as f:
-        first = f.readline().rstrip("\n")
+    first = first_line(path)
     if not first:
         raise ValueError(f"{path}: file is empty (expected Criteo TSV rows)")
     n = first.count("\t") + 1
@@ -58,57 +65,26 @@ def detect_has_label(path: str | os.PathLike[str]) -> bool:
     return n == N_COLUMNS_LABELED
 
 
-def _first_bad_line(path: Path, expected: int) -> tuple[int, int]:
-    # Error path only: a Python scan to name the line pyarrow's parallel parser rejected.
-    with _open_text(path) as f:
-        for i, line in enumerate(f, start=1):
-            n = line.rstrip("\n").count("\t") + 1
-            if n != expected:
-                return i, n
-    return -1, -1
-
-
-def _read_table(path: Path, names: list[str], dense_type: pa.DataType, skip: bool) -> tuple:
-    skipped: list[int] = []
-
-    def on_invalid(row: pacsv.InvalidRow) -> str:
-        skipped.append(1)
-        return "skip" if skip else "error"
-
-    types = {n: dense_type for n in names if n == CRITEO_LABEL or n in CRITEO_DENSE}
-    types.update({n: pa.string() for n in CRITEO_CATEGORICAL})
-    table = pacsv.read_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=names, block_size=8 << 20),
-        parse_options=pacsv.ParseOptions(
-            delimiter="\t", quote_char=False, ignore_empty_lines=False,
-            invalid_row_handler=on_invalid,
-        ),
-        convert_options=pacsv.ConvertOptions(
-            column_types=types, strings_can_be_null=True, null_values=[""],
-        ),
-    )  # fmt: skip
-    return table, len(skipped)
-
-
-def read_criteo(
-    path: str | os.PathLike[str], has_label: bool | None = None, on_bad_row: str = "raise"
-) -> RawPart:
-    """Read and validate one Criteo TSV file (plain or ``.gz``).
+def criteo_batches(
+    path: str | os.PathLike[str],
+    has_label: bool | None = None,
+    on_bad_row: str = "raise",
+    missing_values: tuple[str, ...] = ("",),
+) -> RowValidator:
+    """The validated batches of one Criteo file (plain or gzip), read block by block.
 
     Args:
         path: the file.
         has_label: whether the first column is the label; ``None`` detects it from the
             column count of the first line (40 vs 39).
         on_bad_row: ``"raise"`` a ``ValueError`` naming file and line, or ``"skip"`` bad
-            rows (wrong column count, non-numeric or non-finite dense value, label not 0/1)
-            and count them in ``RawPart.skipped``.
+            rows (wrong column count, non-numeric or non-finite dense value, label not 0/1).
+        missing_values: cells read as missing.
 
     Returns:
-        The file's validated rows (dense already ``log1p``-transformed).
+        An iterable of :class:`~ssl_rec.data.raw.RawBatch` (dense already ``log1p``-ed).
 
     """
-    path = Path(path)
     skip = check_on_bad_row(on_bad_row) == "skip"
     detected = detect_has_label(path)
     if has_label is not None and has_label != detected:
@@ -117,36 +93,26 @@ def read_criteo(
             f"{N_COLUMNS_LABELED if detected else N_COLUMNS_LABELED - 1} columns"
         )
     names = ([CRITEO_LABEL] if detected else []) + [*CRITEO_DENSE, *CRITEO_CATEGORICAL]
-    try:
-        try:
-            table, n_invalid = _read_table(path, names, pa.int64(), skip)
-        except pa.ArrowInvalid as e:
-            if "conversion error" not in str(e):
-                raise
-            table, n_invalid = _read_table(path, names, pa.string(), skip)
-    except pa.ArrowInvalid as e:
-        line, n = _first_bad_line(path, len(names))
-        raise ValueError(
-            f"{path}, line {line}: expected {len(names)} tab-separated columns, got {n}"
-        ) from e
-    return _validate(table, path, detected, skip, n_invalid)
+    source = TextBatches(path, CRITEO_TSV, names, None, missing_values, skip)
+    label = CRITEO_LABEL if detected else None
+    return RowValidator(source, list(CRITEO_DENSE), list(CRITEO_CATEGORICAL), label, skip)
 
 
-def _validate(table: pa.Table, path: Path, labeled: bool, skip: bool, skipped: int) -> RawPart:
-    origin = Origin(str(path), 1)
-    dense, bad = parse_dense(
-        [table.column(n) for n in CRITEO_DENSE], list(CRITEO_DENSE), origin, skip
-    )
-    label = None
-    if labeled:
-        label, bad_label = parse_label(table.column(CRITEO_LABEL), CRITEO_LABEL, origin, skip)
-        bad |= bad_label
-    cats = [CodedColumn.from_column(table.column(n)) for n in CRITEO_CATEGORICAL]
-    part = RawPart(dense, cats, label, skipped, str(path))
-    if bad.any():
-        part = part.take(~bad)
-        n_bad = skipped + int(bad.sum())
-        part = RawPart(part.dense, part.categorical, part.label, n_bad, part.source)
+def read_criteo(
+    path: str | os.PathLike[str],
+    has_label: bool | None = None,
+    on_bad_row: str = "raise",
+    missing_values: tuple[str, ...] = ("",),
+) -> RawPart:
+    """Read and validate one whole Criteo file into memory (see :func:`criteo_batches`).
+
+    Returns:
+        The file's validated rows (dense already ``log1p``-transformed); ``skipped`` counts
+        the dropped bad rows.
+
+    """
+    batches = list(criteo_batches(path, has_label, on_bad_row, missing_values))
+    part = RawPart.from_batches(batches, len(CRITEO_DENSE), str(path))
     if part.skipped:
         log.warning("%s: skipped %d bad rows", path, part.skipped)
     return part
@@ -162,62 +128,58 @@ def read_criteo_columns(path: str | os.PathLike[str], columns: list[str]) -> pa.
     unknown = [c for c in columns if c not in names]
     if unknown:
         raise ValueError(f"{path}: unknown columns {unknown}; Criteo columns are {names}")
-    return pacsv.read_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=names, block_size=8 << 20),
-        parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False),
-        convert_options=pacsv.ConvertOptions(
-            include_columns=columns, column_types={c: pa.string() for c in columns},
-        ),
-    )  # fmt: skip
+    batches = TextBatches(path, CRITEO_TSV, names, list(columns), missing_values=())
+    schema = pa.schema([(c, pa.string()) for c in columns])
+    return pa.Table.from_batches([batch for batch, _ in batches], schema)
 
 
-def _natural_key(path: str) -> list[object]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", Path(path).name)]
+def _data_files(directory: Path) -> list[str]:
+    return sorted(
+        (str(q) for q in directory.iterdir() if q.is_file() and not q.name.startswith(".")),
+        key=natural_key,
+    )
 
 
-def _day_splits(files: list[str]) -> dict[str, list[str]]:
-    if len(files) < 3:
-        raise ValueError(
-            f"splitting by file needs >= 3 files (train..., val, test), got {len(files)}: {files}"
-        )
-    files = sorted(files, key=_natural_key)
-    return {"train": files[:-2], "val": [files[-2]], "test": [files[-1]]}
-
-
-def criteo_split_files(path: str | list[str]) -> dict[str, list[str]] | None:
-    """``split -> files`` for a directory or list of Criteo files; ``None`` for one file.
-
-    A directory with ``train*`` / ``val*`` / ``test*`` files uses those names; otherwise
-    files are ordered by name (``day_0 .. day_23``) and the last two are val and test.
-    """
-    if isinstance(path, list):
-        return _day_splits([str(p) for p in path])
+def criteo_plan(path: str | list[str], options: PreprocessOptions) -> Plan:
+    """The :class:`~ssl_rec.data.plan.Plan` of a Criteo file, directory or list of day files."""
+    labeled = detect_has_label
+    fractions = (options.val_fraction, options.test_fraction, options.split_seed)
+    if isinstance(path, (list, tuple)):
+        return plan_days([str(p) for p in path], labeled)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"Criteo data not found: {p}")
     if p.is_file():
-        return None
-    files = [str(q) for q in p.iterdir() if q.is_file() and not q.name.startswith(".")]
+        return plan_single(str(p), labeled(p), *fractions)
+    files = _data_files(p)
+    if not files:
+        raise ValueError(f"{p}: no data files in the directory")
     named: dict[str, list[str]] = {}
     for f in files:
-        stem = Path(f).name.split(".")[0].split("_")[0].lower()
-        if stem in SPLIT_NAMES:
-            named.setdefault(SPLIT_NAMES[stem], []).append(f)
+        if split_name(f):
+            named.setdefault(split_name(f), []).append(f)
     if "train" in named:
-        return {k: sorted(v, key=_natural_key) for k, v in named.items()}
-    return _day_splits(files)
+        return plan_named(named, labeled, *fractions)
+    return plan_days(files, labeled)
+
+
+def criteo_split_files(path: str | list[str]) -> dict[str, list[str]] | None:
+    """``split -> files`` for a directory or list of Criteo files; ``None`` for one file."""
+    plan = criteo_plan(path, PreprocessOptions())
+    if len(plan.parts) == 1 and plan.parts[0].mode == "random":
+        return None
+    return {s: plan.files(s) for s in ("train", "val", "test") if plan.files(s)}
 
 
 class CriteoDataModule(ArrowDataModule):
     """Criteo Display Advertising Challenge / Terabyte TSV files (plain or ``.gz``).
 
     Args:
-        path: one file (split randomly by ``preprocess`` fractions), a directory
-            (``train``/``val``/``test`` files, or days: last two = val, test), or a list of
-            files in day order.
+        path: one file (split randomly by ``preprocess`` fractions), a directory (Kaggle's
+            ``train.txt`` [+ ``test.txt``], ``train*``/``val*``/``test*`` files, or day files:
+            days 0..n-2 train, the last cut in halves: test, val), or a list of day files.
         has_label: whether files have the label column; ``None`` detects it per file.
-        preprocess: vocabulary, split and bad-row options.
+        preprocess: vocabulary, split, missing-value and bad-row options.
         batch_size: rows per batch.
         label_fraction: fraction of training rows used with labels.
         use_labels: ``False`` yields unlabeled batches of all training rows.
@@ -246,30 +208,26 @@ class CriteoDataModule(ArrowDataModule):
 
     cache_kind = "criteo"
 
-    def _files(self) -> tuple[dict[str, list[str]] | None, list[str]]:
-        split_files = criteo_split_files(self.path)
-        files = [str(self.path)] if split_files is None else sum(split_files.values(), [])
-        return split_files, files
+    def plan(self) -> Plan:
+        """Which rows of which file go to which split."""
+        return criteo_plan(self.path, self.options)
 
     def cache_inputs(self) -> dict[str, Any]:
-        """Fingerprints of the files, their split assignment and the options."""
-        split_files, files = self._files()
-        return {"files": file_fingerprint(files), "splits": split_files,
+        """Fingerprints of the files, the plan and the options."""
+        plan = self.plan()
+        return {"files": file_fingerprint([p.path for p in plan.parts]), "plan": plan.to_dict(),
                 "has_label": self.has_label, "options": self.options.to_dict()}  # fmt: skip
+
+    def _open(self, part: Part) -> RowValidator:
+        o = self.options
+        return criteo_batches(part.path, self.has_label, o.on_bad_row, o.missing_values)
 
     def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
         """``columns`` of ``split``'s rows as text, read back from the files."""
-        split_files, files = self._files()
-        reader = PartReader(read_criteo, split_files, self.options)
-        return reader.raw_columns(split, files, lambda p: read_criteo_columns(p, columns))
+        return split_columns(self.plan(), split, lambda p: read_criteo_columns(p, columns))
 
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
         """Preprocess the files into ``out_dir``."""
-        split_files, files = self._files()
-        reader = PartReader(
-            lambda p: read_criteo(p, self.has_label, self.options.on_bad_row),
-            split_files, self.options,
-        )  # fmt: skip
         layout = Layout(CRITEO_DENSE, CRITEO_CATEGORICAL, CRITEO_LABEL)
-        return preprocess(reader, files, layout, self.options, out_dir, final_dir,
+        return preprocess(self.plan(), self._open, layout, self.options, out_dir, final_dir,
                           self.given_vocabulary)  # fmt: skip

@@ -23,7 +23,7 @@ from ssl_rec.data.sources.synthetic_clicks import (
     SyntheticRows,
     render_ids,
 )
-from ssl_rec.data.storage import SPLITS, SplitWriter, split_schema
+from ssl_rec.data.storage import SPLITS, ShardWriter, record_batch, split_schema
 from ssl_rec.metrics import ctr_summary
 from ssl_rec.schema import (
     CRITEO_CATEGORICAL,
@@ -103,11 +103,12 @@ def write_synthetic_splits(
         probs, labels = [], []
         unseen[split] = np.zeros(len(CRITEO_CATEGORICAL), np.int64)
         schema = split_schema(len(CRITEO_DENSE), len(CRITEO_CATEGORICAL), True, True)
-        with SplitWriter(out_dir / f"{split}.arrow", schema) as writer:
+        with ShardWriter(out_dir / split, schema) as writer:
             for chunk, start in enumerate(range(0, n, CHUNK_ROWS)):
                 rows = gen.rows(split, chunk, min(CHUNK_ROWS, n - start))
                 sparse = rows.sparse if maps is None else _remap(rows.sparse, maps, unseen[split])
-                writer.write(np.log1p(rows.dense), sparse, rows.label, rows.prob)
+                dense = np.log1p(rows.dense)
+                writer.write(record_batch(schema, dense, sparse, rows.label, rows.prob))
                 probs.append(rows.prob)
                 labels.append(rows.label)
                 progress.update(rows.sparse.shape[0])
