@@ -1,12 +1,23 @@
-"""Data-path benchmark: loader samples/s and Criteo preprocessing rows/s.
+"""Data-path benchmark: loader samples/s (one file vs sharded), Criteo preprocessing rows/s and
+peak memory at Criteo-Kaggle cardinalities.
 
-Usage: python benchmarks/data.py [--quick] --json OUT.json   (also writes OUT.png)
+Usage: python benchmarks/data.py [--quick | --full] --json OUT.json   (also writes OUT.png)
+
+- preprocessing throughput of generated rows in the exact Criteo TSV layout at
+  ``cardinality_scale`` 0.01 and 1.0 (Criteo-Kaggle's vocabularies), one process;
+- peak resident memory of preprocessing a 2M- and a 10M-row file at scale 1.0, each in a
+  fresh process (flat in rows: memory follows the vocabularies, not the row count), and of a
+  one-step ``ssl-rec fit --config configs/ctr/criteo.yaml`` on them;
+- ``--full`` (not in CI, hours): a 45.8M-row Criteo-Kaggle-shaped file preprocessed end to
+  end, time and peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +30,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from ssl_rec._io import atomic_write_json
 from ssl_rec.data import (
     BatchLoader,
-    CriteoDataModule,
     SyntheticClickModel,
     SyntheticConfig,
     SyntheticCTRDataModule,
@@ -27,34 +37,95 @@ from ssl_rec.data import (
 )
 from ssl_rec.data.sources.synthetic import CHUNK_ROWS
 
+ROOT = Path(__file__).resolve().parent.parent
+KAGGLE_ROWS = 45_840_617
 
-def bench_loader(cache: str, n_rows: int, batch_sizes: list[int]) -> dict[int, float]:
-    dm = SyntheticCTRDataModule(n_train=n_rows, n_val=1000, n_test=1000, cache_dir=cache)
-    table = dm.split_table("train")
-    out = {}
-    for bs in batch_sizes:
-        loader = BatchLoader(table, bs, shuffle=True)
-        for _ in loader:  # warm the page cache
-            pass
-        t = time.perf_counter()
-        n = sum(b.batch_size for b in loader)
-        out[bs] = n / (time.perf_counter() - t)
+
+def bench_loader(cache: str, n_rows: int, batch_sizes: list[int]) -> dict[str, dict[int, float]]:
+    """Samples/s of one shard vs the same split in shards of n/8 rows (block shuffle)."""
+    out: dict[str, dict[int, float]] = {}
+    for name, shard_rows in (("single", n_rows), ("sharded", n_rows // 8)):
+        dm = SyntheticCTRDataModule(n_train=n_rows, n_val=1000, n_test=1000,
+                                    cache_dir=f"{cache}-{name}")  # fmt: skip
+        _reshard(dm, shard_rows)
+        table = dm.split_table("train")
+        out[name] = {}
+        for bs in batch_sizes:
+            loader = BatchLoader(table, bs, shuffle=True)
+            for _ in loader:  # warm the page cache
+                pass
+            t = time.perf_counter()
+            n = sum(b.batch_size for b in loader)
+            out[name][bs] = n / (time.perf_counter() - t)
     return out
 
 
-def bench_preprocess(tmp: Path, n_rows: int) -> tuple[float, float]:
-    gen = SyntheticClickModel(SyntheticConfig(cardinality_scale=0.01))
-    path = tmp / "day_0.txt"
+def _reshard(dm: SyntheticCTRDataModule, shard_rows: int) -> None:
+    import pyarrow as pa
+
+    from ssl_rec.data.storage import ShardWriter
+
+    folder = dm.data_dir / "train"
+    table = dm.split_table("train")
+    dm._splits.clear()
+    staged = dm.data_dir / "train-resharded"
+    with ShardWriter(staged, table.schema, shard_rows) as writer:
+        for batch in table.to_batches(1 << 16):
+            writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=table.schema))
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()
+    staged.rename(folder)
+
+
+def write_file(path: Path, n_rows: int, scale: float) -> Path:
+    """``n_rows`` generated rows in the exact Criteo layout (chunk by chunk)."""
+    gen = SyntheticClickModel(SyntheticConfig(cardinality_scale=scale))
     with open(path, "wb") as f:
         for chunk, start in enumerate(range(0, n_rows, CHUNK_ROWS)):
-            part = tmp / "part.txt"
+            part = path.with_suffix(".part")
             write_criteo_tsv(part, gen.rows("train", chunk, min(CHUNK_ROWS, n_rows - start)))
             f.write(part.read_bytes())
-    t = time.perf_counter()
-    dm = CriteoDataModule(str(path), cache_dir=str(tmp / "cache"))
-    dm.schema  # noqa: B018
-    dt = time.perf_counter() - t
-    return n_rows / dt, path.stat().st_size / dt / 1e6
+            part.unlink()
+    return path
+
+
+PREPROCESS = """
+import resource, sys, time
+from ssl_rec.data import CriteoDataModule
+t = time.perf_counter()
+CriteoDataModule(sys.argv[1], cache_dir=sys.argv[2]).schema
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def preprocess_in_child(path: Path, cache: Path) -> tuple[float, float]:
+    """``(rows/s, peak RSS MB)`` of preprocessing ``path`` in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", PREPROCESS, str(path), str(cache)],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    seconds, peak = map(float, out.stdout.split()[-2:])
+    rows = sum(1 for _ in open(path, "rb"))
+    return rows / seconds, peak
+
+
+FIT = """
+import atexit, resource, runpy, sys
+atexit.register(lambda: print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+sys.argv = ["ssl-rec", *sys.argv[1:]]
+runpy.run_module("ssl_rec.cli.main", run_name="__main__")
+"""
+
+
+def fit_peak_rss(path: Path, tmp: Path) -> float:
+    """Peak RSS (MB) of a one-step ``ssl-rec fit`` with the shipped Criteo config."""
+    args = ["fit", "--config", "configs/ctr/criteo.yaml", "--data.path", str(path),
+            "--data.cache_dir", str(tmp / "fit-cache"), "--trainer.max_steps", "1",
+            "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir",
+            str(tmp / "fit-run")]  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", FIT, *args], cwd=ROOT, check=True,
+                         capture_output=True, text=True)  # fmt: skip
+    return float(out.stdout.split("PEAK")[-1].split()[0])
 
 
 def plot(results: dict, png: Path) -> None:
@@ -76,27 +147,39 @@ def plot(results: dict, png: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--full", action="store_true", help="also the 45.8M-row Kaggle file")
     parser.add_argument("--json", required=True, type=Path)
     args = parser.parse_args()
-    n_pre = 200_000 if args.quick else 1_000_000
-    n_load = 500_000 if args.quick else 2_000_000
-    with tempfile.TemporaryDirectory() as tmp:
-        loader = bench_loader(str(Path(tmp) / "cache"), n_load, [4096, 16384, 65536])
-        rows_s, mb_s = bench_preprocess(Path(tmp), n_pre)
-    results = {
-        "loader_samples_per_s": loader[4096],
-        "loader_by_batch_size": loader,
-        "criteo_preprocess_rows_per_s": rows_s,
-        "criteo_preprocess_mb_per_s": mb_s,
-        "preprocess_rows": n_pre,
-        "loader_rows": n_load,
-        "quick": args.quick,
-    }
-    print(f"{'measure':<36}{'value':>14}")
-    for bs, v in loader.items():
-        print(f"{f'loader samples/s (batch {bs})':<36}{v:>14,.0f}")
-    print(f"{'criteo preprocess rows/s':<36}{rows_s:>14,.0f}")
-    print(f"{'criteo preprocess MB/s':<36}{mb_s:>14,.1f}")
+    small, big = (200_000, 1_000_000) if args.quick else (2_000_000, 10_000_000)
+    results: dict = {"quick": args.quick}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SSL_REC_BENCH_TMP")) as tmp:
+        tmp = Path(tmp)
+        loader = bench_loader(str(tmp / "cache"), small, [4096, 16384, 65536])
+        results["loader_samples_per_s"] = loader["single"][4096]
+        results["loader_by_batch_size"] = loader["single"]
+        results["loader_sharded_samples_per_s"] = loader["sharded"][4096]
+        results["loader_sharded_ratio"] = loader["sharded"][4096] / loader["single"][4096]
+        scale01 = write_file(tmp / "s001.txt", small // 2, 0.01)
+        results["criteo_preprocess_rows_per_s"], _ = preprocess_in_child(scale01, tmp / "c0")
+        files = {n: write_file(tmp / f"s1-{n}.txt", n, 1.0) for n in (small, big)}
+        for n, path in files.items():
+            rows_s, peak = preprocess_in_child(path, tmp / f"c{n}")
+            key = "2m" if n == small else "10m"
+            results[f"preprocess_peak_rss_mb_{key}"] = peak
+            if n == small:
+                results["criteo_preprocess_rows_per_s_scale1"] = rows_s
+            results[f"fit_peak_rss_mb_{key}"] = fit_peak_rss(path, tmp / f"f{n}")
+            path.unlink()
+        results["preprocess_peak_rss_ratio"] = (
+            results["preprocess_peak_rss_mb_10m"] / results["preprocess_peak_rss_mb_2m"]
+        )
+        if args.full:
+            kaggle = write_file(tmp / "kaggle.txt", KAGGLE_ROWS, 1.0)
+            rows_s, peak = preprocess_in_child(kaggle, tmp / "ck")
+            results["kaggle_preprocess_seconds"] = KAGGLE_ROWS / rows_s
+            results["kaggle_preprocess_peak_rss_mb"] = peak
+    for key, value in results.items():
+        print(f"{key:<40}{value}")
     atomic_write_json(args.json, results)
     plot(results, args.json.with_suffix(".png"))
 
