@@ -34,6 +34,10 @@ class TableSpec:
         stochastic_rounding: Round low-precision writes stochastically (unbiased) instead of
             to nearest.
         eps: Row-wise Adagrad denominator term, ``>= 0``.
+        store_dir: Directory for the low-precision store as a memory-mapped file (one per
+            table, deleted when the process ends): tables larger than RAM train with only
+            the FP32 cache, the optimizer state and the touched pages in memory, and the
+            cache's hit rate decides the speed. ``None`` keeps the store in RAM.
 
     Example:
         >>> TableSpec(precision="int8", cache_fraction=0.05).cache_policy
@@ -48,6 +52,7 @@ class TableSpec:
     learning_rate: float = 0.05
     stochastic_rounding: bool = True
     eps: float = 1e-8
+    store_dir: str | None = None
 
     def __post_init__(self) -> None:
         owner = "TableSpec"
@@ -66,6 +71,12 @@ class TableSpec:
         if not isinstance(self.stochastic_rounding, bool):
             raise ValueError(
                 f"TableSpec.stochastic_rounding must be a bool, got {self.stochastic_rounding!r}"
+            )
+        if self.store_dir is not None and (
+            not isinstance(self.store_dir, str) or not self.store_dir
+        ):
+            raise ValueError(
+                f"TableSpec.store_dir must be a directory path or None, got {self.store_dir!r}"
             )
 
     def to_dict(self) -> dict:

@@ -9,6 +9,8 @@ the same random numbers as the unsplit table.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import NamedTuple
 
 import torch
@@ -52,6 +54,23 @@ def _open_store(shape: tuple[int, int], dtype: torch.dtype, path: str | None) ->
     return torch.from_file(path, shared=True, size=numel, dtype=dtype).view(shape)
 
 
+def _store_in_dir(shape: tuple[int, int], dtype: torch.dtype, directory: str,
+                  stream: int) -> torch.Tensor:  # fmt: skip
+    """A store mapped from a new file in ``directory``, unlinked at once.
+
+    The mapping keeps the file alive; its disk space returns when the process ends, so a
+    killed run leaves nothing behind.
+    """
+    if not os.path.isdir(directory):
+        raise ValueError(f"TableSpec.store_dir {directory!r} is not an existing directory")
+    fd, path = tempfile.mkstemp(prefix=f".table{stream}-", suffix=".store", dir=directory)
+    os.close(fd)
+    try:
+        return _open_store(shape, dtype, path)
+    finally:
+        os.unlink(path)
+
+
 class EmbeddingTable(nn.Module):
     """One table: low-precision store, optional FP32 cache, row-wise optimizer state.
 
@@ -60,7 +79,8 @@ class EmbeddingTable(nn.Module):
         dim: Embedding dimension D.
         spec: Storage, cache and optimizer choice.
         stream: RNG stream id (the global table index).
-        store_path: Memory-map the store to this file (created or overwritten) instead of RAM.
+        store_path: Memory-map the store to this file (created or overwritten) instead of RAM
+            (default: a file in ``spec.store_dir`` if set).
         shard: The global rows this table holds (default: all rows of the logical table).
 
     Attributes:
@@ -95,7 +115,11 @@ class EmbeddingTable(nn.Module):
         self.stream, self.shard = stream, shard
         self.row_offset, self.row_stride = shard.offset, shard.stride
         shape = spec.precision.store_shape(num_rows, dim)
-        self.register_buffer("store", _open_store(shape, spec.precision.dtype, store_path))
+        if store_path is None and spec.store_dir is not None:
+            store = _store_in_dir(shape, spec.precision.dtype, spec.store_dir, stream)
+        else:
+            store = _open_store(shape, spec.precision.dtype, store_path)
+        self.register_buffer("store", store)
         mom_rows = num_rows if spec.optimizer == "rowwise_adagrad" else 0
         self.register_buffer("momentum", torch.zeros(mom_rows))
         self.cache = RowCache(num_rows, dim, spec, sets=shard.cache_sets)
