@@ -121,10 +121,18 @@ class TextBatches:
         self.skip_bad_rows = skip_bad_rows
         self.skipped = 0
         self._raw: pa.NativeFile | None = None
+        self._last = 0
 
     def position(self) -> int:
         """Bytes of the file (compressed, for gzip) consumed so far."""
-        return self._raw.tell() if self._raw is not None and not self._raw.closed else 0
+        # Called from another thread than the reader's: the file may close meanwhile.
+        raw = self._raw
+        try:
+            if raw is not None and not raw.closed:
+                self._last = raw.tell()
+        except (OSError, ValueError):
+            pass
+        return self._last
 
     def _reader(self) -> pacsv.CSVStreamingReader:
         def on_invalid(row: pacsv.InvalidRow) -> str:
