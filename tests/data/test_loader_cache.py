@@ -85,6 +85,32 @@ def test_ranks_disjoint_equal_and_drop_less_than_a_batch(table, drop_last):
     assert set(later[0]) != set(shards[0])  # ranks see other blocks in another epoch
 
 
+@pytest.mark.parametrize(("shuffle", "rank", "stop"), [(True, 0, 5), (True, 1, 1), (False, 0, 3)])
+def test_resume_mid_epoch_yields_the_rest_of_the_uninterrupted_epoch(table, shuffle, rank, stop):
+    def make():  # blocks are not whole batches: batches straddle blocks and shards
+        return BatchLoader(table, 60, shuffle=shuffle, seed=3, block_rows=170, rank=rank,
+                           world_size=2)  # fmt: skip
+
+    whole = make()
+    whole.set_epoch(2)
+    expected = [b.row_id.numpy() for b in whole]
+    interrupted = make()
+    interrupted.set_epoch(2)
+    for i, _ in enumerate(interrupted):
+        if i + 1 == stop:
+            state = interrupted.state_dict()
+            break
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = [b.row_id.numpy() for b in resumed]
+    assert state["batches"] == stop and len(rest) == len(expected) - stop
+    for a, b in zip(rest, expected[stop:], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert resumed.epoch == 3 and resumed.state_dict()["batches"] == len(expected)
+    with pytest.raises(ValueError, match="loader position"):
+        BatchLoader(table, 61, shuffle=shuffle, seed=3).load_state_dict(state)
+
+
 def test_unlabeled_and_validate_sparse(table):
     batch = next(iter(BatchLoader(table, 10, with_labels=False)))
     assert batch.label is None
