@@ -29,24 +29,28 @@ def _slice(rows, start, stop):
     )
 
 
-def _chosen(parts, options):
-    """Each split's rows, whole files in memory: ``parts`` is ``[(path, mode)]`` in plan order."""
+def _split_codes(parts, options, sizes):
+    """Split index (0 train, 1 val, 2 test) of every row of each part, in plan order."""
     rng = np.random.default_rng(options.split_seed)
-    chosen = {s: [] for s in SPLITS}
-    for path, mode in parts:
-        part = read_criteo(path)
-        n = part.num_rows
+    out = []
+    for (_, mode), n in zip(parts, sizes, strict=True):
         if mode == "random":
             r = rng.random(n)
             t, v = options.test_fraction, options.val_fraction
-            codes = np.where(r < t, 2, np.where(r < t + v, 1, 0))
+            out.append(np.where(r < t, 2, np.where(r < t + v, 1, 0)))
         elif mode == "halves":
-            codes = np.r_[np.full(math.ceil(n / 2), 2), np.full(n - math.ceil(n / 2), 1)]
+            out.append(np.r_[np.full(math.ceil(n / 2), 2), np.full(n - math.ceil(n / 2), 1)])
         else:
-            codes = np.full(n, SPLITS.index(mode))
-        for i, s in enumerate(SPLITS):
-            chosen[s].append(part.take(codes == i))
-    return chosen
+            out.append(np.full(n, SPLITS.index(mode)))
+    return out
+
+
+def _chosen(parts, options):
+    """Each split's rows, whole files in memory: ``parts`` is ``[(path, mode)]`` in plan order."""
+    read = [read_criteo(path) for path, _ in parts]
+    codes = _split_codes(parts, options, [part.num_rows for part in read])
+    return {s: [part.take(c == i) for part, c in zip(read, codes, strict=True)]
+            for i, s in enumerate(SPLITS)}  # fmt: skip
 
 
 def _reference(parts, options, vocabs=None):
@@ -177,3 +181,23 @@ def test_gzip_by_content_not_name(tmp_path, small_rows):
     with open(plain, "rb") as f, gzip.open(packed, "wb") as g:
         shutil.copyfileobj(f, g)
     np.testing.assert_array_equal(read_criteo(plain).dense, read_criteo(packed).dense)
+
+
+@pytest.mark.parametrize("kind", ["plain", "named", "days"])
+def test_raw_columns_line_up_with_the_rows_of_each_split(tmp_path, small_rows, kind):
+    path, parts = _layout(tmp_path, small_rows, kind)
+    dm = CriteoDataModule(path, cache_dir=str(tmp_path / "cache"))
+    lines = []
+    for p, _ in parts:
+        with (gzip.open if p.endswith(".gz") else open)(p, "rt") as f:
+            lines.append([line.rstrip("\n").split("\t") for line in f])
+    codes = np.concatenate(_split_codes(parts, dm.options, [len(rows) for rows in lines]))
+    chosen = _chosen(parts, dm.options)
+    for i, s in enumerate(SPLITS):
+        got = dm.raw_columns(s, ["C3", "label"])
+        rows = [row for rows in lines for row in rows]
+        want = [row for row, c in zip(rows, codes, strict=True) if c == i]
+        assert got.num_rows == dm.schema.metadata["splits"][s]["rows"] == len(want)
+        assert got.column("C3").to_pylist() == [r[16] for r in want]
+        assert got.column("label").to_pylist() == [r[0] for r in want]
+        assert sum(p.num_rows for p in chosen[s]) == len(want)
