@@ -90,12 +90,15 @@ def write_file(path: Path, n_rows: int, scale: float) -> Path:
     return path
 
 
-PREPROCESS = """
-import resource, sys, time
+# Peak RSS of the child's own address space: /proc's VmHWM. ``ru_maxrss`` would also count
+# the parent's resident memory at the fork (Linux carries it across exec).
+PEAK = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) / 1024"
+PREPROCESS = f"""
+import sys, time
 from ssl_rec.data import CriteoDataModule
 t = time.perf_counter()
 CriteoDataModule(sys.argv[1], cache_dir=sys.argv[2]).schema
-print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(time.perf_counter() - t, {PEAK})
 """
 
 
@@ -108,9 +111,9 @@ def preprocess_in_child(path: Path, cache: Path) -> tuple[float, float]:
     return rows / seconds, peak
 
 
-FIT = """
-import atexit, resource, runpy, sys
-atexit.register(lambda: print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+FIT = f"""
+import atexit, runpy, sys
+atexit.register(lambda: print("PEAK", {PEAK}))
 sys.argv = ["ssl-rec", *sys.argv[1:]]
 runpy.run_module("ssl_rec.cli.main", run_name="__main__")
 """
