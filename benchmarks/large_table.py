@@ -5,7 +5,7 @@ row-wise Adagrad on Zipf-distributed ids, once with the store in RAM and once me
 (``TableSpec.store_dir``), each in a fresh process; reports samples/s, the cache hit rate
 and the process's peak resident memory (anonymous memory and file pages separately).
 
-Usage: python benchmarks/large_table.py [--quick] [--rows N] --json OUT.json
+Usage: python benchmarks/large_table.py [--quick] [--rows N] --json OUT.json   (also OUT.png)
 (``SSL_REC_STORE_DIR`` picks the directory of the mapped store; default: a temp dir.)
 """
 
@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _figures import save_figure
 
 from ssl_rec._io import atomic_write_json
 
@@ -54,6 +56,29 @@ def run(rows: int, store_dir: str, steps: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def plot(results: dict, png: Path) -> None:
+    """Samples/s and resident memory (anonymous, file pages) of the two configurations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["mapped", "ram"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7, 3))
+    left.bar(names, [results[n]["samples_per_s"] / 1e3 for n in names])
+    left.set_ylabel("k samples/s (1 thread)")
+    anon = [results[n]["rss_anon_mb"] / 1024 for n in names]
+    right.bar(names, anon, label="anonymous")
+    right.bar(names, [results[n]["rss_file_mb"] / 1024 for n in names], bottom=anon,
+              label="file pages")  # fmt: skip
+    right.set_ylabel("resident GB at the end")
+    right.legend()
+    fig.suptitle(f"{results['rows'] / 1e6:.0f}M x {results['dim']} INT8, "
+                 f"{results['cache_fraction']:.0%} FP32 cache")  # fmt: skip
+    fig.tight_layout()
+    save_figure(fig, png)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -70,6 +95,7 @@ def main() -> None:
                "mapped": mapped, "ram": in_ram, "mapped_vs_ram_samples": ratio}  # fmt: skip
     print(json.dumps(results, indent=2))
     atomic_write_json(args.json, results)
+    plot(results, args.json.with_suffix(".png"))
 
 
 if __name__ == "__main__":
