@@ -164,7 +164,11 @@ def counters(colls: dict) -> dict[str, tuple[float, float]]:
 
 
 def breakdown(steps: dict, colls: dict, batches: list[dict], calls: int) -> dict[str, dict]:
-    """Milliseconds per step in each kernel phase (compiled kernels' counters), per case."""
+    """CPU milliseconds per step in each kernel phase (compiled kernels' counters), per case.
+
+    The step total is the calling thread's CPU time too (one thread: every phase runs on
+    it), so time the thread spends descheduled on a loaded machine counts nowhere.
+    """
     ext = getattr(get_kernels(), "_ext", None)
     if ext is None:
         return {}
@@ -176,10 +180,10 @@ def breakdown(steps: dict, colls: dict, batches: list[dict], calls: int) -> dict
     ):
         step = Cycle(steps[f"ours_{name}"], batches)
         ext.phase_seconds(on=True, reset=True)
-        start = time.perf_counter()
+        start = time.thread_time()
         for _ in range(calls):
             step()
-        total = time.perf_counter() - start
+        total = time.thread_time() - start
         phases = ext.phase_seconds(on=False, reset=True)
         ms = {k: 1e3 * v / calls for k, v in phases.items()}
         ms["step_total"] = 1e3 * total / calls

@@ -85,17 +85,23 @@ class TableGroup(nn.Module):
 
     def tensors(self, tables: list[int] | None = None) -> TableTensors:
         """The kernels' view of (a subset of) the tables."""
-        idx = list(range(len(self.tables))) if tables is None else tables
-        ts = [self.tables[i] for i in idx]
+        # The buffer dicts, not module attributes: ``nn.Module.__getattr__`` costs about a
+        # microsecond a lookup, and a kernel call needs six per table. ``Module._apply``
+        # (``.to()``, ``.float()``) replaces entries of these same dicts, so they stay current.
+        own = [(t._buffers, t._modules["cache"]._buffers) for t in self.tables._modules.values()]
+        sel = own if tables is None else [own[i] for i in tables]
+        meta, hparams = self._meta, self._hparams
+        if tables is not None:
+            meta, hparams = meta[tables], hparams[tables]
         return TableTensors(
-            stores=[t.store for t in ts],
-            cache_rows=[t.cache.rows for t in ts],
-            cache_tags=[t.cache.tags for t in ts],
-            cache_state=[t.cache.state for t in ts],
-            stats=[t.cache.stats for t in ts],
-            momentum=[t.momentum for t in ts],
-            meta=self._meta[idx],
-            hparams=self._hparams[idx],
+            stores=[t["store"] for t, _ in sel],
+            cache_rows=[c["rows"] for _, c in sel],
+            cache_tags=[c["tags"] for _, c in sel],
+            cache_state=[c["state"] for _, c in sel],
+            stats=[c["stats"] for _, c in sel],
+            momentum=[t["momentum"] for t, _ in sel],
+            meta=meta,
+            hparams=hparams,
         )
 
     def check_ids(self, ids: torch.Tensor, limits: torch.Tensor | None = None) -> None:

@@ -51,7 +51,7 @@ inline void bag_add_int4(const uint8_t* __restrict row, int64_t dim, float* __re
   const int64_t nb = data_bytes(4, dim);
   uint16_t sb[2];
   std::memcpy(sb, row + nb, 4);
-  const float scale = h2f(sb[0]), bias = h2f(sb[1]);
+  const float scale = half_to_float(sb[0]), bias = half_to_float(sb[1]);
   int64_t d = 0;
 #if SSL_LEVEL == 2
   const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);

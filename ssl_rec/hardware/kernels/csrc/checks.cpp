@@ -116,6 +116,14 @@ void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts) {
   TORCH_CHECK_VALUE(ids.size(1) == F, "ids must be int64[B, ", F, "], got ", shape_of(ids));
   const int64_t* p = ids.data_ptr<int64_t>();
   const int64_t B = ids.size(0);
+  if (F == 0) return;
+  // A branch-free scan first (vectorized); the loop that names the bad id only on failure.
+  std::vector<uint64_t> limit(F);
+  for (int64_t f = 0; f < F; ++f) limit[f] = static_cast<uint64_t>(ts[f].rows);
+  bool bad = false;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t f = 0; f < F; ++f) bad |= static_cast<uint64_t>(p[b * F + f]) >= limit[f];
+  if (!bad) return;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t f = 0; f < F; ++f) {
       const int64_t id = p[b * F + f];
@@ -150,6 +158,12 @@ void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* wha
                         ": table ", f, ": slot ", slots[f * B + u], " out of range");
     }
   }
+  std::vector<uint32_t> limit(F);
+  for (int64_t f = 0; f < F; ++f) limit[f] = static_cast<uint32_t>(nu[f]);
+  bool bad = false;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t f = 0; f < F; ++f) bad |= static_cast<uint32_t>(inv[b * F + f]) >= limit[f];
+  if (!bad) return;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t f = 0; f < F; ++f)
       TORCH_CHECK_INDEX(inv[b * F + f] >= 0 && inv[b * F + f] < nu[f], w, ": sample ", b,
@@ -179,11 +193,15 @@ void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
   TORCH_CHECK_VALUE(off[0] == 0, "offsets[0] must be 0, got ", off[0]);
   TORCH_CHECK_VALUE(off[nb - 1] == n, "offsets[-1] must equal the number of indices ", n,
                     ", got ", off[nb - 1]);
-  for (int64_t b = 0; b + 1 < nb; ++b)
+  bool bad = false;
+  for (int64_t b = 0; b + 1 < nb; ++b) bad |= off[b] > off[b + 1];
+  for (int64_t b = 0; bad && b + 1 < nb; ++b)
     TORCH_CHECK_VALUE(off[b] <= off[b + 1], "offsets must be non-decreasing: offsets[", b,
                       "] = ", off[b], " > offsets[", b + 1, "] = ", off[b + 1]);
   const int64_t* ix = indices.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
+  bad = false;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint64_t>(ix[i]) >= static_cast<uint64_t>(rows);
+  for (int64_t i = 0; bad && i < n; ++i)
     TORCH_CHECK_INDEX(ix[i] >= 0 && ix[i] < rows, "indices[", i, "] = ", ix[i],
                       " out of range [0, ", rows, ")");
 }

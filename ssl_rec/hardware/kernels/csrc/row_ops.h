@@ -5,6 +5,16 @@
 // (no fused multiply-add, sums in the documented order), so all three are bit-identical to
 // each other and to kernels/reference.py. Only the inference bag lookup uses FMA.
 
+// FP16 -> FP32 (exact): the F16C instruction in the x86 variants, c10's bit arithmetic in the
+// portable one (about 20 instructions, twice per INT4 row).
+inline float half_to_float(uint16_t bits) {
+#if SSL_LEVEL >= 1
+  return _cvtsh_ss(bits);
+#else
+  return h2f(bits);
+#endif
+}
+
 inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
   int64_t d = 0;
   lo = hi = x[0];
@@ -44,14 +54,14 @@ inline void dequant_small(int kind, const uint8_t* row, int64_t dim, float* out)
     for (int64_t d = 0; d < dim; ++d) {
       uint16_t b;
       std::memcpy(&b, row + 2 * d, 2);
-      out[d] = kind == kFp16 ? h2f(b) : bf2f(b);
+      out[d] = kind == kFp16 ? half_to_float(b) : bf2f(b);
     }
     return;
   }
   const int64_t nb = data_bytes(2, dim);
   uint16_t sb[2];
   std::memcpy(sb, row + nb, 4);
-  const float scale = h2f(sb[0]), bias = h2f(sb[1]);
+  const float scale = half_to_float(sb[0]), bias = half_to_float(sb[1]);
   for (int64_t d = 0; d < dim; ++d) {
     const float q = static_cast<float>((row[d / 4] >> ((d % 4) * 2)) & 3);
     out[d] = q * scale + bias;
@@ -76,8 +86,8 @@ inline void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {
   } else {
     uint16_t sb[2];
     std::memcpy(sb, row + nb, 4);
-    scale = h2f(sb[0]);
-    bias = h2f(sb[1]);
+    scale = half_to_float(sb[0]);
+    bias = half_to_float(sb[1]);
   }
   int64_t d = 0;
 #if SSL_LEVEL == 2
@@ -342,4 +352,28 @@ inline void copy_row(float* __restrict dst, const float* __restrict src, int64_t
   for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(dst + d, _mm256_loadu_ps(src + d));
 #endif
   for (; d < dim; ++d) dst[d] = src[d];
+}
+
+// copy_row into an output nobody reads back in this kernel: non-temporal stores when dst is
+// vector-aligned (the lines go to memory without first being read for ownership, which
+// halves the memory traffic of a gather). Call stream_fence() before the output is used.
+inline void stream_row(float* __restrict dst, const float* __restrict src, int64_t dim) {
+#if SSL_LEVEL == 2
+  if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0 && dim % 16 == 0) {
+    for (int64_t d = 0; d < dim; d += 16) _mm512_stream_ps(dst + d, _mm512_loadu_ps(src + d));
+    return;
+  }
+#elif SSL_LEVEL == 1
+  if ((reinterpret_cast<uintptr_t>(dst) & 31) == 0 && dim % 8 == 0) {
+    for (int64_t d = 0; d < dim; d += 8) _mm256_stream_ps(dst + d, _mm256_loadu_ps(src + d));
+    return;
+  }
+#endif
+  copy_row(dst, src, dim);
+}
+
+inline void stream_fence() {
+#if SSL_LEVEL >= 1
+  _mm_sfence();
+#endif
 }

@@ -72,8 +72,9 @@ inline void gather(const float* const* const* src, const int32_t* inverse, int64
     }
     const int32_t* inv = inverse + b * F;
     float* o = out + b * F * dim;
-    for (int64_t f = 0; f < F; ++f) copy_row(o + f * dim, src[f][inv[f]], dim);
+    for (int64_t f = 0; f < F; ++f) stream_row(o + f * dim, src[f][inv[f]], dim);
   }
+  stream_fence();
 }
 
 // Eval lookup of samples [b0, b1): cached value, else the dequantized store row.
