@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from ssl_rec._io import atomic_directory, atomic_write_json
+from ssl_rec._io import atomic_directory, atomic_write_json, remove_stale_temporaries
 
 
 def test_atomic_json_has_normal_permissions_and_content(tmp_path):
@@ -32,3 +32,20 @@ def test_atomic_directory_appears_only_on_success(tmp_path):
     with atomic_directory(target, overwrite=True) as tmp:
         (tmp / "new").write_text("v2")
     assert sorted(p.name for p in target.iterdir()) == ["new"]
+
+
+def test_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    final = tmp_path / "cache-entry"
+    left = tmp_path / f".cache-entry.{dead}.abc123.tmp"
+    (left / "train").mkdir(parents=True)
+    live = tmp_path / f".cache-entry.{os.getpid()}.def456.tmp"
+    live.mkdir()
+    other = tmp_path / f".another.{dead}.x.tmp"
+    other.mkdir()
+    assert remove_stale_temporaries(final) == [left]
+    assert not left.exists() and live.is_dir() and other.is_dir()
