@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,25 @@ def _fit_criteo(path: Path, tmp_path: Path) -> list[str]:
 def _fit_synthetic(tmp_path: Path, *extra: str) -> list[str]:
     return ["fit", "--config", "configs/ctr/synthetic.yaml", "--data.init_args.n_train=500",
             f"--data.init_args.cache_dir={tmp_path / 'cache'}", *TINY, *extra]  # fmt: skip
+
+
+def _truncated_gzip(tmp_path: Path) -> Path:
+    data = gzip.compress("".join(GOOD + "\n" for _ in range(2000)).encode())
+    path = tmp_path / "day_0.txt.gz"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _csv(tmp_path: Path) -> Path:
+    path = tmp_path / "clicks.csv"
+    path.write_text("clicked,price,user\n" + "".join(f"{i % 2},{i},u{i % 5}\n" for i in range(50)))
+    return path
+
+
+def _tiny_checkpoint(tmp_path: Path) -> str:
+    root = tmp_path / "run"
+    main([*_fit_synthetic(tmp_path, f"--trainer.default_root_dir={root}")])
+    return str(next((root / "checkpoints").glob("*.ckpt")))
 
 
 CASES = {
@@ -96,6 +116,36 @@ CASES = {
             str(t / "out"),
         ],  # fmt: skip
         ["bad.ckpt", "not a readable checkpoint"],
+    ),
+    "truncated gzip file": (
+        lambda t: _fit_criteo(_truncated_gzip(t), t),
+        ["day_0.txt.gz"],
+    ),
+    "label column typo": (
+        lambda t: [
+            "fit",
+            "--config",
+            "configs/ctr/tabular.yaml",
+            f"--data.path={_csv(t)}",
+            "--data.label=clickd",
+            "--data.dense=[price]",
+            "--data.categorical=[user]",
+            f"--data.init_args.cache_dir={t / 'cache'}",
+            *TINY,
+        ],  # fmt: skip
+        ["clicks.csv", "clickd"],
+    ),
+    "unknown export field": (
+        lambda t: [
+            "export",
+            "--ckpt",
+            _tiny_checkpoint(t),
+            "--out",
+            str(t / "o"),
+            "--fields",
+            "[C1,NOPE]",
+        ],  # fmt: skip
+        ["NOPE"],
     ),
     "unknown export option": (
         lambda t: ["export", "--ckpt", "x.ckpt", "--out", str(t / "o"), "--nope", "1"],

@@ -17,6 +17,18 @@ _NOISY_WARNINGS = (
 _NOISY_LOG_PREFIXES = ("💡 Tip:", "TPU available:", "GPU available: False")
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at each record (it may be replaced later)."""
+
+    @property
+    def stream(self) -> object:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 class _DropNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.getMessage()).startswith(_NOISY_LOG_PREFIXES)
@@ -41,7 +53,7 @@ def configure_environment() -> None:
             logger.addFilter(_DropNoise())
     library = logging.getLogger("ssl_rec")
     if not library.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(message)s"))
         library.addHandler(handler)
         library.setLevel(logging.INFO)
