@@ -9,9 +9,10 @@ from criteo_lines import HEX, criteo_line, write_lines
 from ssl_rec.cli import main
 from ssl_rec.data import write_criteo_tsv
 
-REAL_SAMPLE = Path(
-    os.environ.get("SSL_REC_CRITEO_SAMPLE", "/work/shared/data/criteo_sample/train.txt")
-)
+# The real rows live beside the project (``../shared/data``), never in its fixtures;
+# SSL_REC_CRITEO_SAMPLE points elsewhere.
+_BESIDE = Path(__file__).resolve().parents[3] / "shared" / "data" / "criteo_sample" / "train.txt"
+REAL_SAMPLE = Path(os.environ.get("SSL_REC_CRITEO_SAMPLE", str(_BESIDE)))
 
 
 def _fit(tmp_path, data_path):
