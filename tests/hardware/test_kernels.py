@@ -29,14 +29,6 @@ def compiled():
     return CompiledKernels(load_compiled())
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(params=list(LEVELS))
 def simd(request, compiled):
     ext = compiled._ext

@@ -16,14 +16,6 @@ SPECS = [
 ]
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def _batches(n, size=256, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return [
