@@ -55,3 +55,18 @@ def test_room_imports_only_what_is_below_it(room: str) -> None:
         assert others <= rooms | BOTTOM, (
             f"ssl_rec.{room} imports rooms {sorted(others - rooms - BOTTOM)}"
         )
+
+
+def test_no_test_module_imports_the_tests_directory_as_a_package() -> None:
+    """Test helpers travel through conftest fixtures: ``tests`` is not a package, and another
+    distribution's top-level ``tests`` package in site-packages would shadow it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line.strip().startswith(("from tests", "import tests"))
+    ]
+    assert offenders == []

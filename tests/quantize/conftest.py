@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -41,6 +43,12 @@ def make_rows(source: FloatCTR, n: int, seed: int) -> Rows:
     with torch.no_grad():
         prob = torch.sigmoid(fp32(dense, sparse))
     return Rows(dense, sparse, torch.bernoulli(prob, generator=gen))
+
+
+@pytest.fixture(scope="module")
+def fresh_rows() -> Callable[[FloatCTR, int, int], Rows]:
+    """A factory of new labelled rows, for tests that need a second, unseen slice."""
+    return make_rows
 
 
 @pytest.fixture(scope="module")

@@ -142,12 +142,10 @@ def test_debugger_names_a_deliberately_broken_layer(source, rows):
     assert worst[1] == "encoder.top.2"
 
 
-def test_monitor_flags_a_shifted_slice_and_passes_an_unshifted_one(source, rows):
-    from tests.quantize.conftest import make_rows
-
+def test_monitor_flags_a_shifted_slice_and_passes_an_unshifted_one(source, fresh_rows):
     builder = ModelBuilder(source)
     fp32, candidate = builder.build(source.fp32_plan()), builder.build(_int8_plan(source))
-    fresh = make_rows(source, 4096, seed=7)
+    fresh = fresh_rows(source, 4096, 7)
     assert compare_on_slice(fp32, candidate, fresh, 1e-3)["passed"]
     shifted = Rows(fresh.dense * 1000, fresh.sparse, fresh.label)
     result = compare_on_slice(fp32, candidate, shifted, 1e-3)
