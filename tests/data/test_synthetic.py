@@ -99,6 +99,19 @@ def test_bad_datamodule_args(tmp_path):
         SyntheticCTRDataModule(batch_size=0)
     with pytest.raises(ValueError, match="n_train must be in"):
         SyntheticCTRDataModule(n_train=0)
+    with pytest.raises(ValueError, match="eval_batch_size must be >= 1 or null, got 0"):
+        SyntheticCTRDataModule(eval_batch_size=0)
+
+
+def test_evaluation_batches_have_their_own_size(tmp_path):
+    kw = {"n_train": 3_000, "n_val": 2_500, "n_test": 2_500, "cache_dir": str(tmp_path)}
+    dm = SyntheticCTRDataModule(batch_size=256, eval_batch_size=1000, label_fraction=0.5, **kw)
+    train = [b.batch_size for b in dm.train_dataloader()]
+    assert max(train) == 256 and sum(train) == 1_500
+    for loader in (dm.val_dataloader(), dm.test_dataloader(), dm.predict_dataloader()):
+        assert [b.batch_size for b in loader] == [1000, 1000, 500]
+    default = SyntheticCTRDataModule(batch_size=256, **kw).val_dataloader()
+    assert {b.batch_size for b in default} == {256, 2_500 % 256}
 
 
 def _digest(rows) -> str:

@@ -186,6 +186,9 @@ class CriteoDataModule(ArrowDataModule):
         seed: shuffle / labeled-subset seed.
         cache_dir: cache root.
         drop_last: drop the last incomplete training batch.
+        eval_batch_size: rows per validation, test and predict batch (default
+            ``batch_size``); evaluation keeps no activations for backward, so it can be
+            much larger than a small labeled subset's training batch.
 
     """
 
@@ -200,8 +203,11 @@ class CriteoDataModule(ArrowDataModule):
         seed: int = 0,
         cache_dir: str | None = None,
         drop_last: bool = False,
+        eval_batch_size: int | None = None,
     ) -> None:
-        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, drop_last)
+        super().__init__(
+            batch_size, label_fraction, use_labels, seed, cache_dir, drop_last, eval_batch_size
+        )
         self._record_hparams(locals())
         self.path, self.has_label = path, has_label
         self.options = preprocess or PreprocessOptions()

@@ -113,6 +113,9 @@ class MovieLensDataModule(ArrowDataModule):
         seed: shuffle / labeled-subset seed.
         cache_dir: cache root (default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``).
         split_seed: seed of the 80/10/10 split of the rows.
+        eval_batch_size: rows per validation, test and predict batch (default
+            ``batch_size``); evaluation keeps no activations for backward, so it can be
+            much larger than a small labeled subset's training batch.
 
     Example:
         >>> dm = MovieLensDataModule(batch_size=1024)  # doctest: +SKIP
@@ -129,8 +132,11 @@ class MovieLensDataModule(ArrowDataModule):
         seed: int = 0,
         cache_dir: str | None = None,
         split_seed: int = 0,
+        eval_batch_size: int | None = None,
     ) -> None:
-        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, False)
+        super().__init__(
+            batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
+        )
         self._record_hparams(locals())
         path = prepared_movielens(split_seed, cache_dir)
         options = PreprocessOptions(min_frequency=1)

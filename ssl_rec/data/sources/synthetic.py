@@ -207,6 +207,9 @@ class SyntheticCTRDataModule(ArrowDataModule):
         seed: shuffle / labeled-subset seed (the data's own seed is ``synthetic.seed``).
         cache_dir: cache root (default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``).
         drop_last: drop the last incomplete training batch.
+        eval_batch_size: rows per validation, test and predict batch (default
+            ``batch_size``); evaluation keeps no activations for backward, so it can be
+            much larger than a small labeled subset's training batch.
 
     Example:
         >>> dm = SyntheticCTRDataModule(n_train=200_000)  # doctest: +SKIP
@@ -227,8 +230,11 @@ class SyntheticCTRDataModule(ArrowDataModule):
         seed: int = 0,
         cache_dir: str | None = None,
         drop_last: bool = False,
+        eval_batch_size: int | None = None,
     ) -> None:
-        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, drop_last)
+        super().__init__(
+            batch_size, label_fraction, use_labels, seed, cache_dir, drop_last, eval_batch_size
+        )
         self._record_hparams(locals())
         for key, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
             if not 0 <= value <= 10**10 or (key == "n_train" and value < 1):

@@ -180,6 +180,9 @@ class TabularDataModule(ArrowDataModule):
         use_labels: ``False`` yields unlabeled batches of all training rows.
         seed: shuffle / labeled-subset seed.
         cache_dir: cache root.
+        eval_batch_size: rows per validation, test and predict batch (default
+            ``batch_size``); evaluation keeps no activations for backward, so it can be
+            much larger than a small labeled subset's training batch.
 
     """
 
@@ -195,8 +198,11 @@ class TabularDataModule(ArrowDataModule):
         use_labels: bool = True,
         seed: int = 0,
         cache_dir: str | None = None,
+        eval_batch_size: int | None = None,
     ) -> None:
-        super().__init__(batch_size, label_fraction, use_labels, seed, cache_dir, False)
+        super().__init__(
+            batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
+        )
         self._record_hparams(locals())
         self.dense, self.categorical = list(dense or []), list(categorical or [])
         if not self.dense and not self.categorical:
