@@ -28,6 +28,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import resource
 import tempfile
 import time
 import traceback
@@ -275,6 +276,13 @@ def plot(results: dict, fractions: list[str], path: Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished seed processes (user + system, s)."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def best_peer_gap(results: dict, key: str) -> dict | None:
     """Test AUC of the library from scratch minus the peer of best mean test AUC at ``key``."""
     peers = [p for p in PEERS if key in results.get(p, {})]
@@ -306,7 +314,8 @@ def main() -> None:
         comparisons["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
         config = {**asdict(sizes), "commit": commit, "seconds": round(time.time() - start),
                   "data": data, "embedding_lrs": EMBEDDING_LRS, "cores": os.cpu_count(),
-                  "load_average_1min": [load_start, os.getloadavg()[0]]}  # fmt: skip
+                  "load_average_1min": [load_start, os.getloadavg()[0]],
+                  "cpu_seconds": round(cpu_seconds())}  # fmt: skip
         out = {"results": results, "paired": comparisons, "config": config}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.json, json.dumps(out, indent=2))
