@@ -187,14 +187,17 @@ def seed_runs(sizes: Sizes, seed: int, cache: str, tmp: Path, say: Callable[[str
 
 
 def seed_worker(conn: Connection, sizes: Sizes, seed: int, cache: str, tmp: str) -> None:
-    """One seed in its own process: send validation AUCs, then the test AUCs asked for."""
-    os.environ.setdefault("WANDB_MODE", "offline")
-    warnings.filterwarnings("ignore", ".*LeafSpec.*")
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    """One seed in its own process: send validation AUCs, then the test AUCs asked for.
+
+    The process inherits the environment and re-imports this module (its warning filters).
+    """
     torch.set_num_threads(1)  # many small ops; processes, not threads, share the cores
     start = time.time()
+
+    def say(msg: str) -> None:
+        print(f"[seed {seed} {time.time() - start:6.0f}s] {msg}", flush=True)
+
     try:
-        say = lambda msg: print(f"[seed {seed} {time.time() - start:6.0f}s] {msg}", flush=True)  # noqa: E731
         runs = seed_runs(sizes, seed, cache, Path(tmp), say)
         conn.send({k: r[0] for k, r in runs.items()})
         conn.send({k: runs[k][1]() for k in conn.recv()})
@@ -243,6 +246,8 @@ def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
         tests[seed] = _received(conn, seed)
         proc.join()
     results: dict = {}
+    if skipped := {peer: why for peer in sizes.peers if (why := unavailable(peer))}:
+        results["skipped"] = skipped
     for (model, key), variants in sorted(settings.items()):
         test_key = (source[(model, key)], key, chosen[(model, key)])
         per_seed = {str(seed): tests[seed][test_key] for seed in sizes.seeds}

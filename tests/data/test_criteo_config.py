@@ -9,8 +9,8 @@ from criteo_lines import HEX, criteo_line, write_lines
 from ssl_rec.cli import main
 from ssl_rec.data import write_criteo_tsv
 
-# The real rows live beside the project (``../shared/data``), never in its fixtures;
-# SSL_REC_CRITEO_SAMPLE points elsewhere.
+# The real rows live in a ``shared/data`` folder beside the project checkout, never in its
+# fixtures; SSL_REC_CRITEO_SAMPLE points elsewhere. Without them the test skips.
 _BESIDE = Path(__file__).resolve().parents[3] / "shared" / "data" / "criteo_sample" / "train.txt"
 REAL_SAMPLE = Path(os.environ.get("SSL_REC_CRITEO_SAMPLE", str(_BESIDE)))
 
