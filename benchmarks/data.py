@@ -41,22 +41,29 @@ ROOT = Path(__file__).resolve().parent.parent
 KAGGLE_ROWS = 45_840_617
 
 
-def bench_loader(cache: str, n_rows: int, batch_sizes: list[int]) -> dict[str, dict[int, float]]:
-    """Samples/s of one shard vs the same split in shards of n/8 rows (block shuffle)."""
-    out: dict[str, dict[int, float]] = {}
+def bench_loader(cache: str, n_rows: int, batch_sizes: list[int],
+                 repeats: int = 3) -> dict[str, dict[int, float]]:  # fmt: skip
+    """Samples/s of one shard vs the same split in shards of n/8 rows (block shuffle).
+
+    The two layouts are timed alternately, ``repeats`` epochs each, and the best epoch of
+    each counts, so load from other processes on a shared machine hits both alike.
+    """
+    tables = {}
     for name, shard_rows in (("single", n_rows), ("sharded", n_rows // 8)):
         dm = SyntheticCTRDataModule(n_train=n_rows, n_val=1000, n_test=1000,
                                     cache_dir=f"{cache}-{name}")  # fmt: skip
         _reshard(dm, shard_rows)
-        table = dm.split_table("train")
-        out[name] = {}
-        for bs in batch_sizes:
-            loader = BatchLoader(table, bs, shuffle=True)
-            for _ in loader:  # warm the page cache
-                pass
-            t = time.perf_counter()
-            n = sum(b.batch_size for b in loader)
-            out[name][bs] = n / (time.perf_counter() - t)
+        tables[name] = dm.split_table("train")
+        for _ in BatchLoader(tables[name], batch_sizes[0]):  # warm the page cache
+            pass
+    out: dict[str, dict[int, float]] = {name: {} for name in tables}
+    for bs in batch_sizes:
+        for _ in range(repeats):
+            for name, table in tables.items():
+                t = time.perf_counter()
+                n = sum(b.batch_size for b in BatchLoader(table, bs, shuffle=True))
+                best = out[name].get(bs, 0.0)
+                out[name][bs] = max(best, n / (time.perf_counter() - t))
     return out
 
 
