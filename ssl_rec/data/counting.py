@@ -116,8 +116,14 @@ class ValueCounter:
         return values, counts
 
     def vocabulary(self, min_frequency: int) -> Vocabulary:
-        """Fit the field's :class:`Vocabulary` (same result as ``Vocabulary.fit`` on all rows)."""
+        """Fit the field's :class:`Vocabulary` (same result as ``Vocabulary.fit`` on all rows).
+
+        The counts are released (the counter is then empty): fields are fitted one after
+        another while the others still hold theirs, so peak memory stays that of counting.
+        """
         values, counts = self.result()
+        self._keys, self._counts = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        self._long = self._long.slice(0, 0)
         if self.overflow:
             return Vocabulary.hashed_buckets(self.max_vocab_size)
         return Vocabulary.fit(values, counts, min_frequency, self.max_vocab_size)
