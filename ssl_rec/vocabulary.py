@@ -46,6 +46,9 @@ class CodedColumn:
     @classmethod
     def from_column(cls, column: pa.ChunkedArray | pa.Array) -> CodedColumn:
         """Dictionary-encode a string column in one C++ hash pass."""
+        if pa.types.is_dictionary(column.type):
+            # Chunks may each carry their own dictionary: back to text, one dictionary.
+            column = column.cast(column.type.value_type)
         encoded = pc.dictionary_encode(column)
         if isinstance(encoded, pa.ChunkedArray):
             if encoded.num_chunks == 0:

@@ -3,10 +3,11 @@
 Batches add ``(distinct values, counts)``; values of at most 8 bytes (Criteo's 8-hex-digit
 hashes, short codes) are counted under their exact 64-bit key
 (:func:`ssl_rec.vocabulary.string_keys`) in a sorted array, longer ones as strings with
-Arrow's hash aggregation. Pending batches are merged once they hold as many entries as the
-state, so the work per row stays constant and the memory is about 16 bytes per distinct
-short value (plus a transient copy while merging). A field with more distinct values than
-``max_vocab_size - 1`` stops counting: it will be hashed, which needs no counts.
+Arrow's hash aggregation. Pending batches are merged into the sorted state once they hold a
+quarter as many entries as it (only they are sorted, the state is copied once with them
+inserted), so the memory is about 16 bytes per distinct short value plus a transient copy
+while merging. A field with more distinct values than ``max_vocab_size - 1`` stops
+counting: it will be hashed, which needs no counts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pyarrow as pa
 from ssl_rec.vocabulary import Vocabulary, key_strings, string_keys
 
 MERGE_MIN = 1 << 18
+# Pending entries are merged once they reach this share of the state: bounds their memory.
+PENDING_SHARE = 4
 
 
 def _sum_duplicates(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -26,6 +29,25 @@ def _sum_duplicates(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, n
         return keys, counts
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     return keys[starts], np.add.reduceat(counts, starts)
+
+
+def _merge_sorted(
+    keys: np.ndarray, counts: np.ndarray, new_keys: np.ndarray, new_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Add ``(new_keys, new_counts)`` to sorted distinct ``keys`` and their ``counts``.
+
+    Only the new entries are sorted; the state is copied once (with the new keys inserted
+    in place), so the transient memory is about twice the state, not a sort of all of it.
+    """
+    new_keys, new_counts = _sum_duplicates(new_keys, new_counts)
+    pos = np.searchsorted(keys, new_keys)
+    known = pos < len(keys)
+    known[known] = keys[pos[known]] == new_keys[known]
+    counts[pos[known]] += new_counts[known]  # distinct keys: distinct positions
+    fresh = ~known
+    return np.insert(keys, pos[fresh], new_keys[fresh]), np.insert(
+        counts, pos[fresh], new_counts[fresh]
+    )
 
 
 class ValueCounter:
@@ -83,17 +105,16 @@ class ValueCounter:
                 "count": pa.array(counts[longer_seen]),
             }))  # fmt: skip
         self._pending_rows += len(values)
-        if self._pending_rows >= max(self.distinct, MERGE_MIN):
+        if self._pending_rows >= max(self.distinct // PENDING_SHARE, MERGE_MIN):
             self.flush()
 
     def flush(self) -> None:
         """Merge the pending batches into the state (then ``distinct`` is exact)."""
         if self._pending:
-            keys, counts = _sum_duplicates(
-                np.concatenate([self._keys, *(k for k, _ in self._pending)]),
-                np.concatenate([self._counts, *(c for _, c in self._pending)]),
-            )
-            self._keys, self._counts = keys, counts
+            keys = np.concatenate([k for k, _ in self._pending])
+            counts = np.concatenate([c for _, c in self._pending])
+            self._pending = []
+            self._keys, self._counts = _merge_sorted(self._keys, self._counts, keys, counts)
         if self._pending_long:
             table = pa.concat_tables([self._long, *self._pending_long])
             summed = table.group_by("value").aggregate([("count", "sum")])
@@ -116,8 +137,14 @@ class ValueCounter:
         return values, counts
 
     def vocabulary(self, min_frequency: int) -> Vocabulary:
-        """Fit the field's :class:`Vocabulary` (same result as ``Vocabulary.fit`` on all rows)."""
+        """Fit the field's :class:`Vocabulary` (same result as ``Vocabulary.fit`` on all rows).
+
+        The counts are released (the counter is then empty): fields are fitted one after
+        another while the others still hold theirs, so peak memory stays that of counting.
+        """
         values, counts = self.result()
+        self._keys, self._counts = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        self._long = self._long.slice(0, 0)
         if self.overflow:
             return Vocabulary.hashed_buckets(self.max_vocab_size)
         return Vocabulary.fit(values, counts, min_frequency, self.max_vocab_size)

@@ -184,7 +184,8 @@ class BatchLoader:
             # Copy out of the read-only memory map; torch tensors must own writable memory.
             return {k: np.array(v) for k, v in block.items()}
         perm = rng.permutation(stop - start)
-        return {k: v[perm] for k, v in block.items()}
+        # ``np.take`` along rows copies whole rows; ``v[perm]`` on 2-D arrays is ~3x slower.
+        return {k: np.take(v, perm, axis=0) for k, v in block.items()}
 
     def __iter__(self) -> Iterator[Batch]:
         """One epoch of batches; each iteration advances the epoch counter."""

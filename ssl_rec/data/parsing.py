@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssl_rec.data.raw import RawBatch
+from ssl_rec.data.reading import prefetch
 
 ON_BAD_ROW = ("raise", "skip")
 _NUMBER = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf|infinity)\s*$"
@@ -131,9 +132,11 @@ def parse_label(
 
 
 def as_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """One ``string`` array of a column's values (integers as their text, null kept)."""
+    """One ``string`` (or string-dictionary) array of a column (integers as their text)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type) and column.type.value_type == pa.string():
+        return column
     return column if column.type == pa.string() else pc.cast(column, pa.string())
 
 
@@ -172,10 +175,19 @@ class RowValidator:
         """Bytes of the file consumed so far."""
         return self.source.position()
 
-    def __iter__(self) -> Iterator[RawBatch]:
-        """Yield the validated batches of the file; bad rows raise or are dropped."""
-        reported = 0
+    def _parsed(self) -> Iterator[tuple[pa.RecordBatch, int, int]]:
+        """``(batch, first line, rows skipped so far)``, read as the batch is parsed."""
         for batch, first in self.source:
+            yield batch, first, self.source.skipped
+
+    def __iter__(self) -> Iterator[RawBatch]:
+        """Yield the validated batches of the file; bad rows raise or are dropped.
+
+        The file is parsed on a reader thread (Arrow's parser releases the GIL) one batch
+        ahead of the validation here.
+        """
+        reported = 0
+        for batch, first, skipped in prefetch(self._parsed(), depth=1):
             origin = Origin(self.path, first, self.unit)
             dense, bad = parse_dense(
                 [batch.column(n) for n in self.dense], self.dense, origin, self.skip
@@ -186,6 +198,6 @@ class RowValidator:
                                                self.skip)  # fmt: skip
                 bad |= bad_label
             cats = [as_strings(batch.column(n)) for n in self.categorical]
-            dropped, reported = self.source.skipped - reported, self.source.skipped
+            dropped, reported = skipped - reported, skipped
             raw = RawBatch(dense, cats, label, dropped + int(bad.sum()))
             yield raw.take(~bad) if bad.any() else raw

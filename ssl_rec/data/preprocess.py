@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -211,7 +212,9 @@ class _Run:
                 "a model's vocabulary (ssl-rec test/predict --ckpt_path, or "
                 "datamodule.use_vocabulary)"
             )
-        return [c.vocabulary(self.options.min_frequency) for c in counters]
+        # Sorting and hashing run in numpy with the GIL released: one field per core.
+        with ThreadPoolExecutor(2) as pool:
+            return list(pool.map(lambda c: c.vocabulary(self.options.min_frequency), counters))
 
     def _spill_writer(self, index: int, part: Part) -> SpillWriter:
         folder = self.out / ".spill"
@@ -229,7 +232,8 @@ class _Run:
 
     def encode(self, vocabularies: list[Vocabulary], count_unseen: bool) -> SplitRoutes:
         """Pass 2: encode every part into its splits; return the (closed) writers."""
-        lookups = [VocabularyLookup(v) for v in vocabularies]
+        with ThreadPoolExecutor(2) as pool:
+            lookups = list(pool.map(VocabularyLookup, vocabularies))
         shape = (len(self.layout.dense), len(self.layout.categorical))
         routes = SplitRoutes(self.plan, shape, self.options.shard_rows, self.out, count_unseen)
         progress, done = PassProgress("encode", sum(_size(p.path) for p in self.plan.parts)), 0

@@ -97,6 +97,8 @@ class TextBatches:
         missing_values: cells read as null.
         skip_bad_rows: drop rows with the wrong number of columns (counted in ``skipped``)
             instead of raising ``ValueError`` naming the line.
+        dictionary: columns read dictionary-encoded (each batch's distinct values plus
+            ``int32`` indices, built while parsing; the values are the same text).
 
     Attributes:
         skipped: rows with the wrong number of columns dropped so far.
@@ -115,8 +117,10 @@ class TextBatches:
         columns: list[str] | None = None,
         missing_values: tuple[str, ...] = ("",),
         skip_bad_rows: bool = False,
+        dictionary: tuple[str, ...] = (),
     ) -> None:
         self.path, self.fmt, self.names = Path(path), fmt, names
+        self.dictionary = frozenset(dictionary)
         self.columns, self.missing_values = columns, list(missing_values)
         self.skip_bad_rows = skip_bad_rows
         self.skipped = 0
@@ -144,6 +148,8 @@ class TextBatches:
         self._raw = pa.OSFile(str(self.path))
         stream = pa.CompressedInputStream(self._raw, "gzip") if is_gzip(self.path) else self._raw
         wanted = self.columns if self.columns is not None else self.names
+        text, coded = pa.string(), pa.dictionary(pa.int32(), pa.string())
+        types = {name: coded if name in self.dictionary else text for name in wanted or []}
         return pacsv.open_csv(
             stream,
             read_options=pacsv.ReadOptions(
@@ -154,7 +160,7 @@ class TextBatches:
                 ignore_empty_lines=self.fmt.skip_blank_lines, invalid_row_handler=on_invalid,
             ),
             convert_options=pacsv.ConvertOptions(
-                include_columns=wanted, column_types=dict.fromkeys(wanted or [], pa.string()),
+                include_columns=wanted, column_types=types,
                 null_values=self.missing_values, strings_can_be_null=True,
             ),
         )  # fmt: skip

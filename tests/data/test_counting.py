@@ -32,6 +32,7 @@ def test_counter_equals_whole_column_counts(monkeypatch, batch):
     reference = Vocabulary.fit(distinct, expected, min_frequency=3)
     assert fitted.values.to_pylist() == reference.values.to_pylist()
     assert fitted.cardinality == reference.cardinality
+    assert counter.distinct == 0  # the counts are released once the vocabulary is fitted
 
 
 def test_counter_overflow_hashes_and_forgets_values(monkeypatch):

@@ -93,7 +93,9 @@ def criteo_batches(
             f"{N_COLUMNS_LABELED if detected else N_COLUMNS_LABELED - 1} columns"
         )
     names = ([CRITEO_LABEL] if detected else []) + [*CRITEO_DENSE, *CRITEO_CATEGORICAL]
-    source = TextBatches(path, CRITEO_TSV, names, None, missing_values, skip)
+    source = TextBatches(
+        path, CRITEO_TSV, names, None, missing_values, skip, dictionary=CRITEO_CATEGORICAL
+    )
     label = CRITEO_LABEL if detected else None
     return RowValidator(source, list(CRITEO_DENSE), list(CRITEO_CATEGORICAL), label, skip)
 
