@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ssl_rec._checks import check_positive
-from ssl_rec.hardware import Precision
+from ssl_rec.hardware import Precision, serving_kernels
 from ssl_rec.models import DotInteraction
 from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, dense_layers
 from ssl_rec.quantize.model import ModelBuilder
@@ -92,8 +92,8 @@ def ladder_of(
 ) -> tuple[tuple[str, ...], ...]:
     """The rungs ``unit`` may descend (a table of ``rows`` rows, a layer, an interaction)."""
     if unit.kind == "layer":
-        if interaction:
-            return INTERACTION_LADDER
+        if interaction:  # bf16 saves no bytes, and is slower than the compiled FP32 kernel
+            return () if serving_kernels() is not None else INTERACTION_LADDER
         if importlib.util.find_spec("torchao"):
             return DENSE_LADDER
         # torchao's layers need the `serve` extra; FBGEMM's INT8 layer is in torch.

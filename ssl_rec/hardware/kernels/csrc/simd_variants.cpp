@@ -23,7 +23,8 @@ namespace sslrec {
 #define SSL_VARIANT_TABLE(ns, label)                                                          \
   const Variant& table() {                                                                    \
     static const Variant v{label,  &dequant_row, &quant_row, &replace,                        \
-                           &sources, &gather,    &lookup,    &update, &bag_range};            \
+                           &sources, &gather,    &lookup,    &update, &bag_range,             \
+                           &serve_rows, &interact};                                           \
     return v;                                                                                 \
   }
 
@@ -32,6 +33,7 @@ namespace portable {
 #include "row_ops.h"
 #include "bag_ops.h"
 #include "table_ops.h"
+#include "serve_ops.h"
 #undef SSL_LEVEL
 SSL_VARIANT_TABLE(portable, "portable")
 }  // namespace portable
@@ -48,6 +50,7 @@ namespace avx2 {
 #include "row_ops.h"
 #include "bag_ops.h"
 #include "table_ops.h"
+#include "serve_ops.h"
 #undef SSL_LEVEL
 SSL_VARIANT_TABLE(avx2, "avx2")
 }  // namespace avx2
@@ -64,6 +67,7 @@ namespace avx512 {
 #include "row_ops.h"
 #include "bag_ops.h"
 #include "table_ops.h"
+#include "serve_ops.h"
 #undef SSL_LEVEL
 SSL_VARIANT_TABLE(avx512, "avx512")
 }  // namespace avx512
