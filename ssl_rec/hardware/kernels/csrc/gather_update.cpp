@@ -156,7 +156,7 @@ at::Tensor interaction(const at::Tensor& vectors) {
   if (B == 0 || N < 2) return out;
   const float* vp = vectors.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const int64_t scratch = (dim + 1) * ((N + 15) / 16 * 16);
+  const int64_t scratch = kInteractScratch * dim * ((N + 15) / 16 * 16);
   at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
     std::vector<float> buffer(scratch);
     variant().interact(vp, N, dim, b0, b1, buffer.data(), op);

@@ -2,6 +2,7 @@
 // own namespace and with its own target attributes, so one binary runs on any x86-64 CPU
 // and uses the widest vectors the CPU has (chosen once at load, see simd_level). Other
 // CPUs (e.g. aarch64) get the portable variant only.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
