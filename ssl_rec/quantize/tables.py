@@ -129,10 +129,14 @@ class QuantizedTables(nn.Module):
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """Look up one id per field (ids checked: the fused kernels do not bound-check)."""
-        self._check(sparse)
         kernels = serving_kernels()
-        if kernels is not None:
-            return kernels.serve_lookup(self._tables_view(), sparse.contiguous())
+        if kernels is not None and sparse.dim() == 2 and sparse.shape[1] == self.num_tables:
+            try:  # the kernel checks the ids itself, in the same pass as the lookup
+                return kernels.serve_lookup(self._tables_view(), sparse.contiguous())
+            except IndexError:
+                self._check(sparse)  # names the row, table and id
+                raise
+        self._check(sparse)
         batch = sparse.shape[0]
         if len(self.groups) == 1:  # one store: the lookup output is already [B, F, D]
             p = self.groups[0]
