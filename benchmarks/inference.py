@@ -151,7 +151,7 @@ def predictions(ckpt: str, quantized_dir: Path, rows) -> dict:
 
 def run(args: argparse.Namespace, work: Path) -> dict:
     """Train or take the model, quantize it, time and compare; the JSON document."""
-    train_seconds = None
+    train_seconds, load_at_start = None, os.getloadavg()
     ckpt = args.ckpt
     if ckpt is None:
         rows = 20_000 if args.quick else args.train_rows
@@ -159,7 +159,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     out = Path(args.out) if args.out else work / "quantized"
     limit = 4096 if args.quick else 65_536
     report = quantize(ckpt, str(out), args.budget_ne, calibration_rows=limit,
-                      evaluation_rows=limit, overwrite=True)  # fmt: skip
+                      evaluation_rows=limit, overwrite=True,
+                      min_pair_agreement=args.min_pair_agreement)  # fmt: skip
     _, source = load_ctr(ckpt)
     datamodule = datamodule_from(ckpt, None, None, use_labels=True)
     test = labeled_rows(datamodule, source.schema, "test", limit, "evaluation")
@@ -167,7 +168,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     fp32 = ModelBuilder(source).build(source.fp32_plan())
     return {
         "config": args.config, "checkpoint": ckpt, "train_seconds": train_seconds,
-        "budget_ne": args.budget_ne, "load_average_at_end": os.getloadavg(),
+        "budget_ne": args.budget_ne, "min_pair_agreement": args.min_pair_agreement,
+        "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg(),
         "report": {k: report[k] for k in REPORT_KEYS},
         "choices": report["choices"],
         "bytes": {"fp32": fp32.nbytes(), "quantized": quantized.nbytes()},
@@ -235,6 +237,12 @@ def main() -> None:
     parser.add_argument("--train-rows", type=int, default=300_000, help="synthetic data only")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--budget-ne", type=float, default=0.001)
+    parser.add_argument(
+        "--min-pair-agreement",
+        type=float,
+        default=None,
+        help="also keep this fraction of calibration pairs in FP32's order",
+    )
     parser.add_argument("--out", help="where to keep the quantized directory")
     parser.add_argument("--quick", action="store_true", help="20k rows, few timing rounds")
     parser.add_argument("--json", required=True, help="output JSON path (PNG beside it)")

@@ -120,6 +120,7 @@ def quantize(
     tiny_rows: int = 128,
     explain: bool = False,
     overwrite: bool = False,
+    min_pair_agreement: float | None = None,
 ) -> dict[str, Any]:
     """Quantize a trained CTR model: the smallest model whose NE stays within the budget.
 
@@ -135,6 +136,8 @@ def quantize(
         tiny_rows: tables with at most this many rows only go down to FP16.
         explain: also run the numeric debugger on the result (``report.json: explanation``).
         overwrite: replace an existing ``out``.
+        min_pair_agreement: also keep the fraction of calibration row pairs ordered as by
+            FP32 at or above this (e.g. 0.99; default: NE budget only).
 
     """
     if not budget_ne > 0:
@@ -148,7 +151,10 @@ def quantize(
         datamodule, source.schema, evaluation_split, evaluation_rows, "evaluation"
     )
     trained = {"trained_module": lambda dense, sparse: module(Batch(dense, sparse))}
-    model, report = quantize_ctr(source, calibration, evaluation, budget_ne, tiny_rows, trained)
+    model, report = quantize_ctr(
+        source, calibration, evaluation, budget_ne, tiny_rows, trained, min_pair_agreement
+    )
+    report["min_pair_agreement"] = min_pair_agreement
     report["splits"] = {"calibration": calibration_split, "evaluation": evaluation_split}
     if explain:
         fp32 = ModelBuilder(source).build(source.fp32_plan())

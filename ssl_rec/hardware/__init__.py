@@ -6,7 +6,7 @@ trained in an FP32 cache, and the optimizer step is fused into the embedding bac
 
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 from ssl_rec.hardware.embedding import MixedPrecisionEmbedding
-from ssl_rec.hardware.inference import quantized_bag_lookup
+from ssl_rec.hardware.inference import quantized_bag_lookup, serving_kernels, uncached_tables
 from ssl_rec.hardware.memory import estimate_memory
 from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
@@ -23,4 +23,6 @@ __all__ = [
     "estimate_memory",
     "quantize_rows",
     "quantized_bag_lookup",
+    "serving_kernels",
+    "uncached_tables",
 ]

@@ -1,16 +1,31 @@
-"""Inference lookup of an INT8/INT4 store.
+"""Inference kernels: sum-pooled INT8/INT4 lookup, and the compiled kernels for serving.
 
-The compiled twin of FBGEMM's ``embedding_bag_byte_rowwise_offsets`` /
-``embedding_bag_4bit_rowwise_offsets`` (sum pooling) on the same fused rows.
+:func:`quantized_bag_lookup` is the compiled twin of FBGEMM's
+``embedding_bag_byte_rowwise_offsets`` / ``embedding_bag_4bit_rowwise_offsets`` (sum
+pooling) on the same fused rows. :func:`serving_kernels` hands the serving model the
+compiled table-batched lookup and interaction, or ``None`` where they are not in use.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ssl_rec.hardware.kernels.compiled import CompiledKernels
 from ssl_rec.hardware.kernels.dispatch import get_kernels
+from ssl_rec.hardware.kernels.layout import TableTensors, uncached_tables
 
-__all__ = ["quantized_bag_lookup"]
+__all__ = ["CompiledKernels", "TableTensors", "quantized_bag_lookup", "serving_kernels",
+           "uncached_tables"]  # fmt: skip
+
+
+def serving_kernels() -> CompiledKernels | None:
+    """The compiled kernels when they are in use (``SSL_REC_KERNELS``), else ``None``.
+
+    ``None`` (no compiler, or ``SSL_REC_KERNELS=reference``) means: serve with torch's own
+    ops, which compute the same values.
+    """
+    kernels = get_kernels()
+    return kernels if isinstance(kernels, CompiledKernels) else None
 
 
 def quantized_bag_lookup(

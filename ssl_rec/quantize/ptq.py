@@ -27,6 +27,7 @@ def quantize_ctr(
     budget_ne: float,
     tiny_rows: int = 128,
     speed_models: Mapping[str, Model] | None = None,
+    min_pair_agreement: float | None = None,
 ) -> tuple[InferenceCTRModel, dict[str, Any]]:
     """Search the smallest plan within ``budget_ne`` on ``calibration``; report on ``evaluation``.
 
@@ -38,13 +39,15 @@ def quantize_ctr(
         tiny_rows: tables with at most this many rows only go down to FP16.
         speed_models: other models to time beside FP32 and the result (e.g. the trained
             module's own forward), ``name -> model(dense, sparse)``.
+        min_pair_agreement: also keep the pair order of FP32 on ``calibration`` at or above
+            this fraction (see :func:`~ssl_rec.quantize.search.search_plan`).
 
     Returns:
         The quantized model and its report (see :func:`build_report`).
 
     """
     builder = ModelBuilder(source)
-    result = search_plan(builder, calibration, budget_ne, tiny_rows)
+    result = search_plan(builder, calibration, budget_ne, tiny_rows, min_pair_agreement)
     fp32, quantized = builder.build(source.fp32_plan()), builder.build(result.plan)
     report = build_report(fp32, quantized, result, calibration, evaluation, budget_ne, speed_models)
     return quantized, report

@@ -9,7 +9,9 @@ otherwise undone, and that unit descends no further. A rung whose sensitivity al
 the budget is refused without that second measurement.
 
 The budget bounds the NE change in either direction: a quantized model that scores better
-than FP32 on the calibration rows does so by chance, not by being more accurate.
+than FP32 on the calibration rows does so by chance, not by being more accurate. An optional
+second constraint, ``min_pair_agreement``, also keeps the fraction of calibration row pairs
+the model orders as FP32 does at or above a floor (ranking, not only calibration, preserved).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ssl_rec._checks import check_positive
-from ssl_rec.hardware import Precision
+from ssl_rec.hardware import Precision, serving_kernels
 from ssl_rec.models import DotInteraction
 from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, dense_layers
 from ssl_rec.quantize.model import ModelBuilder
@@ -33,7 +35,7 @@ from ssl_rec.quantize.plan import (
     QuantizationPlan,
     Unit,
 )
-from ssl_rec.quantize.scoring import Rows, logits_of, ne_of
+from ssl_rec.quantize.scoring import Rows, logits_of, ne_of, pair_agreement
 
 __all__ = ["SearchResult", "SearchStep", "ladder_of", "search_plan"]
 
@@ -54,6 +56,8 @@ class SearchStep:
             sensitivity alone exceeded the budget).
         delta_ne: ``ne`` minus FP32's NE (``None`` when not measured).
         accepted: whether the move was kept.
+        pairs_same_order: fraction of calibration row pairs ordered as by FP32, with the
+            move (``None``: not measured, or no pair-order constraint).
 
     """
 
@@ -65,6 +69,7 @@ class SearchStep:
     ne: float | None
     delta_ne: float | None
     accepted: bool
+    pairs_same_order: float | None = None
 
 
 @dataclass
@@ -92,8 +97,8 @@ def ladder_of(
 ) -> tuple[tuple[str, ...], ...]:
     """The rungs ``unit`` may descend (a table of ``rows`` rows, a layer, an interaction)."""
     if unit.kind == "layer":
-        if interaction:
-            return INTERACTION_LADDER
+        if interaction:  # bf16 saves no bytes, and is slower than the compiled FP32 kernel
+            return () if serving_kernels() is not None else INTERACTION_LADDER
         if importlib.util.find_spec("torchao"):
             return DENSE_LADDER
         # torchao's layers need the `serve` extra; FBGEMM's INT8 layer is in torch.
@@ -114,8 +119,15 @@ def _packs(precision: str, dim: int) -> bool:
 class _Search:
     """State of one search (kept out of the public surface)."""
 
-    def __init__(self, builder: ModelBuilder, rows: Rows, budget: float, tiny_rows: int) -> None:
-        self.builder, self.rows, self.budget = builder, rows, budget
+    def __init__(
+        self,
+        builder: ModelBuilder,
+        rows: Rows,
+        budget: float,
+        tiny_rows: int,
+        min_pairs: float | None = None,
+    ) -> None:
+        self.builder, self.rows, self.budget, self.min_pairs = builder, rows, budget, min_pairs
         source = builder.source
         self.fp32 = source.fp32_plan()
         cards = dict(zip(source.schema.field_names, source.schema.cardinalities, strict=True))
@@ -126,11 +138,24 @@ class _Search:
             for u in self.fp32.units()
         }
         self.evaluations = 0
-        self.ne_fp32 = self.ne(self.fp32)
+        self.logits_fp32 = logits_of(self.builder.build(self.fp32), rows)
+        self.ne_fp32 = ne_of(self.logits_fp32, rows.label)
 
     def ne(self, plan: QuantizationPlan) -> float:
+        return self.measure(plan)[0]
+
+    def measure(self, plan: QuantizationPlan) -> tuple[float, float | None]:
+        """Calibration NE of ``plan``, and its pair agreement with FP32 when constrained."""
         self.evaluations += 1
-        return ne_of(logits_of(self.builder.build(plan), self.rows), self.rows.label)
+        logits = logits_of(self.builder.build(plan), self.rows)
+        pairs = None if self.min_pairs is None else pair_agreement(self.logits_fp32, logits)
+        return ne_of(logits, self.rows.label), pairs
+
+    def within(self, delta: float | None, pairs: float | None) -> bool:
+        """Whether a measured move keeps the NE budget (and the pair-order floor)."""
+        if delta is None or abs(delta) > self.budget:
+            return False
+        return self.min_pairs is None or (pairs is not None and pairs >= self.min_pairs)
 
     def sensitivity(self, unit: Unit, precision: str) -> float:
         """NE change with ``unit`` alone at ``precision`` (infinite when it cannot be built).
@@ -157,7 +182,11 @@ class _Search:
 
 
 def search_plan(
-    builder: ModelBuilder, rows: Rows, budget_ne: float, tiny_rows: int = 128
+    builder: ModelBuilder,
+    rows: Rows,
+    budget_ne: float,
+    tiny_rows: int = 128,
+    min_pair_agreement: float | None = None,
 ) -> SearchResult:
     """Choose each table's and layer's precision under an NE budget (see the module doc).
 
@@ -166,13 +195,19 @@ def search_plan(
         rows: labeled calibration rows.
         budget_ne: largest allowed ``|NE(quantized) - NE(FP32)|`` on ``rows`` (> 0).
         tiny_rows: tables with at most this many rows only go down to FP16.
+        min_pair_agreement: keep only moves whose model orders at least this fraction of
+            calibration row pairs as FP32 does (``None``: no such constraint).
 
     Returns:
         The plan, NE before and after, and every step in the order tried.
 
     """
     budget = check_positive("quantize", "budget_ne", budget_ne)
-    state = _Search(builder, rows, budget, tiny_rows)
+    if min_pair_agreement is not None and not 0 < min_pair_agreement <= 1:
+        raise ValueError(
+            f"quantize: min_pair_agreement must be in (0, 1], got {min_pair_agreement}"
+        )
+    state = _Search(builder, rows, budget, tiny_rows, min_pair_agreement)
     plan, ne = state.fp32, state.ne_fp32
     heap = [c for u in plan.units() if (c := state.candidate(u, 0, plan)) is not None]
     heapq.heapify(heap)
@@ -184,12 +219,20 @@ def search_plan(
             if i > 0:  # a same-size alternative has its own sensitivity
                 sensitivity = state.sensitivity(unit, precision)
             trial = plan.with_precision(unit, precision)
-            measured = state.ne(trial) if abs(sensitivity) <= budget else None
+            measured, pairs = state.measure(trial) if abs(sensitivity) <= budget else (None, None)
             delta = None if measured is None else measured - state.ne_fp32
-            accepted = delta is not None and abs(delta) <= budget
+            accepted = state.within(delta, pairs)
             steps.append(
                 SearchStep(
-                    str(unit), precision, previous, sensitivity, saved, measured, delta, accepted
+                    str(unit),
+                    precision,
+                    previous,
+                    sensitivity,
+                    saved,
+                    measured,
+                    delta,
+                    accepted,
+                    pairs,
                 )
             )
             log.info(

@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssl_rec.hardware import Precision, dequantize_rows, quantize_rows
+from ssl_rec.hardware import (
+    Precision,
+    dequantize_rows,
+    quantize_rows,
+    serving_kernels,
+    uncached_tables,
+)
+from ssl_rec.hardware.inference import TableTensors
 
 __all__ = ["QuantizedTables", "lookup_rows"]
 
@@ -90,6 +97,7 @@ class QuantizedTables(nn.Module):
             else:
                 packed = torch.cat([stores[f] for f in fields])
             self.register_buffer(f"store_{p}", packed)
+        self._kernel_tables: tuple = ((), None)  # (the stores it views, TableTensors)
 
     @classmethod
     def from_float(
@@ -121,6 +129,13 @@ class QuantizedTables(nn.Module):
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """Look up one id per field (ids checked: the fused kernels do not bound-check)."""
+        kernels = serving_kernels()
+        if kernels is not None and sparse.dim() == 2 and sparse.shape[1] == self.num_tables:
+            try:  # the kernel checks the ids itself, in the same pass as the lookup
+                return kernels.serve_lookup(self._tables_view(), sparse.contiguous())
+            except IndexError:
+                self._check(sparse)  # names the row, table and id
+                raise
         self._check(sparse)
         batch = sparse.shape[0]
         if len(self.groups) == 1:  # one store: the lookup output is already [B, F, D]
@@ -137,6 +152,16 @@ class QuantizedTables(nn.Module):
             rows = lookup_rows(self.store(p), p, ids.reshape(-1))
             out.index_copy_(0, fields, rows.view(len(fields), batch, self.dim))
         return out.transpose(0, 1)
+
+    def _tables_view(self) -> TableTensors:
+        """The compiled kernels' view of the tables, rebuilt when a store is replaced."""
+        stores = tuple(self._buffers[f"store_{p}"] for p in self.groups)
+        seen, view = self._kernel_tables
+        if len(seen) != len(stores) or any(a is not b for a, b in zip(seen, stores, strict=True)):
+            views = [self.table_store(f) for f in range(self.num_tables)]
+            view = uncached_tables(views, [p.code for p in self.precisions], self.dim)
+            self._kernel_tables = (stores, view)
+        return view
 
     def table_bytes(self) -> list[int]:
         """Stored bytes of each table (rows, scales and biases)."""

@@ -66,6 +66,22 @@ class CompiledKernels:
         """See :func:`reference.update`."""
         self._ext.update(*_tables(t), tuple(plan), grad, seed, step)
 
+    def serve_lookup(self, t: TableTensors, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids int64[B, T]`` of uncached tables: ``float32[B, T, D]`` (inference).
+
+        INT8 rows are dequantized with FBGEMM's rounding (``fma(scale, q, bias)`` on AVX2 /
+        AVX-512), so the result equals ``torch.ops.quantized``'s row-wise ops bit for bit.
+        """
+        return self._ext.serve_lookup(*_tables(t), ids)
+
+    def interaction(self, vectors: torch.Tensor) -> torch.Tensor:
+        """DLRM's pairwise dot products: ``float32[B, N, D] -> float32[B, N * (N - 1) / 2]``.
+
+        The upper triangle of ``V V^T`` without the diagonal, row-major (``triu_indices``
+        order); each dot product summed over ``d`` in order (FP32, no autograd).
+        """
+        return self._ext.interaction(vectors)
+
     def bag_lookup(
         self,
         store: torch.Tensor,

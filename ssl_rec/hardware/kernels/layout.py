@@ -28,7 +28,7 @@ CACHE_WAYS = 8
 EMPTY_TAG = -1
 LFU_MAX = 255
 
-__all__ = ["CACHE_WAYS", "Plan", "TableTensors"]
+__all__ = ["CACHE_WAYS", "Plan", "TableTensors", "uncached_tables"]
 
 
 class TableTensors(NamedTuple):
@@ -72,3 +72,30 @@ class Plan(NamedTuple):
     num_unique: torch.Tensor
     inverse: torch.Tensor
     slots: torch.Tensor
+
+
+def uncached_tables(stores: list[torch.Tensor], codes: list[int], dim: int) -> TableTensors:
+    """Inference tables without cache or optimizer state: ``stores[t]`` in format ``codes[t]``.
+
+    Args:
+        stores: T contiguous stores, ``uint8[R_t, row_bytes]`` or ``float[R_t, D]``.
+        codes: T ``Precision.code`` values.
+        dim: ``D``.
+
+    """
+    t = len(stores)
+    meta = torch.zeros(t, META_COLUMNS, dtype=torch.int64)
+    meta[:, META_KIND] = torch.tensor(codes, dtype=torch.int64)
+    meta[:, META_ROWS] = torch.tensor([len(s) for s in stores], dtype=torch.int64)
+    meta[:, META_DIM] = dim
+    meta[:, META_ROW_STRIDE] = 1
+    return TableTensors(
+        stores=list(stores),
+        cache_rows=[torch.zeros(0, dim)] * t,
+        cache_tags=[torch.zeros(0, CACHE_WAYS, dtype=torch.int16)] * t,
+        cache_state=[torch.zeros(0, 1, dtype=torch.uint8)] * t,
+        stats=[torch.zeros(4, dtype=torch.int64) for _ in range(t)],
+        momentum=[torch.zeros(0)] * t,
+        meta=meta,
+        hparams=torch.zeros(t, 2),
+    )

@@ -206,4 +206,13 @@ void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                       " out of range [0, ", rows, ")");
 }
 
+void check_vectors(const at::Tensor& vectors) {
+  expect(vectors, at::kFloat, 3, "interaction vectors");
+  TORCH_CHECK_VALUE(vectors.size(2) > 0 && vectors.size(2) <= kMaxDim,
+                    "interaction vectors: dim must be in [1, ", kMaxDim, "], got ",
+                    vectors.size(2));
+  TORCH_CHECK_VALUE(vectors.size(1) <= 4096, "interaction vectors: at most 4096 per sample, got ",
+                    vectors.size(1));
+}
+
 }  // namespace sslrec

@@ -134,4 +134,34 @@ at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& i
   return out;
 }
 
+at::Tensor serve_lookup(const Tables& tables, const at::Tensor& ids) {
+  const std::vector<TableView> ts = table_views(tables);
+  check_ids(ids, ts);
+  for (size_t f = 0; f < ts.size(); ++f)
+    TORCH_CHECK_VALUE(ts[f].sets == 0, "serve_lookup: table ", f, " has a cache");
+  const int64_t B = ids.size(0), F = ids.size(1), dim = F ? ts[0].dim : 0;
+  auto out = at::empty({B, F, dim}, at::kFloat);
+  const int64_t* idp = ids.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    variant().serve_rows(ts.data(), idp, F, b0, b1, op);
+  });
+  return out;
+}
+
+at::Tensor interaction(const at::Tensor& vectors) {
+  check_vectors(vectors);
+  const int64_t B = vectors.size(0), N = vectors.size(1), dim = vectors.size(2);
+  auto out = at::empty({B, N * (N - 1) / 2}, at::kFloat);
+  if (B == 0 || N < 2) return out;
+  const float* vp = vectors.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t scratch = kInteractScratch * dim * ((N + 15) / 16 * 16);
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    std::vector<float> buffer(scratch);
+    variant().interact(vp, N, dim, b0, b1, buffer.data(), op);
+  });
+  return out;
+}
+
 }  // namespace sslrec

@@ -61,6 +61,14 @@ at::Tensor lookup(TensorList stores, TensorList cache_rows, TensorList cache_tag
       ids);
 }
 
+at::Tensor serve_lookup(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+                        TensorList cache_state, TensorList stats, TensorList momentum,
+                        at::Tensor meta, at::Tensor hparams, at::Tensor ids) {
+  return sslrec::serve_lookup(
+      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
+      ids);
+}
+
 // Seconds per phase since the last reset; switches the counters on (or off with `on`).
 py::dict phase_seconds(bool on, bool reset) {
   sslrec::Profile& p = sslrec::profile();
@@ -87,6 +95,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gather", &gather, "values of an admitted batch: float32[B, F, D]", nogil);
   m.def("update", &update, "fused backward: per-row gradient sum, optimizer, write", nogil);
   m.def("lookup", &lookup, "eval lookup (cache, else store) without side effects", nogil);
+  m.def("serve_lookup", &serve_lookup, "inference lookup of uncached tables, FBGEMM's rounding",
+        nogil);
+  m.def("interaction", &sslrec::interaction, "upper triangle of V V^T per sample", nogil);
   m.def("bag_lookup", &sslrec::bag_lookup, "INT8/INT4 sum-pooled inference lookup", nogil);
   m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
   m.def("num_kinds", [] { return static_cast<int64_t>(sslrec::kNumKinds); });

@@ -35,6 +35,7 @@ void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* wha
 void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableView>& ts);
 void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                const at::Tensor& offsets, int64_t dim);
+void check_vectors(const at::Tensor& vectors);
 
 at::Tensor lookup(const Tables& t, const at::Tensor& ids);
 Plan admit(const Tables& t, const at::Tensor& ids, int64_t seed, int64_t step,
@@ -43,6 +44,8 @@ at::Tensor gather(const Tables& t, const Plan& p);
 void update(const Tables& t, const Plan& p, const at::Tensor& grad, int64_t seed, int64_t step);
 at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                       const at::Tensor& offsets, int64_t dim);
+at::Tensor serve_lookup(const Tables& t, const at::Tensor& ids);
+at::Tensor interaction(const at::Tensor& vectors);
 
 // Runs fn(order[i]) for i in [0, n), spread over the intra-op threads with dynamic
 // scheduling when `parallel` (results never depend on which thread runs a task).

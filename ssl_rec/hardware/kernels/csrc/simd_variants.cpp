@@ -2,6 +2,7 @@
 // own namespace and with its own target attributes, so one binary runs on any x86-64 CPU
 // and uses the widest vectors the CPU has (chosen once at load, see simd_level). Other
 // CPUs (e.g. aarch64) get the portable variant only.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -23,7 +24,8 @@ namespace sslrec {
 #define SSL_VARIANT_TABLE(ns, label)                                                          \
   const Variant& table() {                                                                    \
     static const Variant v{label,  &dequant_row, &quant_row, &replace,                        \
-                           &sources, &gather,    &lookup,    &update, &bag_range};            \
+                           &sources, &gather,    &lookup,    &update, &bag_range,             \
+                           &serve_rows, &interact};                                           \
     return v;                                                                                 \
   }
 
@@ -32,6 +34,7 @@ namespace portable {
 #include "row_ops.h"
 #include "bag_ops.h"
 #include "table_ops.h"
+#include "serve_ops.h"
 #undef SSL_LEVEL
 SSL_VARIANT_TABLE(portable, "portable")
 }  // namespace portable
@@ -48,6 +51,7 @@ namespace avx2 {
 #include "row_ops.h"
 #include "bag_ops.h"
 #include "table_ops.h"
+#include "serve_ops.h"
 #undef SSL_LEVEL
 SSL_VARIANT_TABLE(avx2, "avx2")
 }  // namespace avx2
@@ -64,6 +68,7 @@ namespace avx512 {
 #include "row_ops.h"
 #include "bag_ops.h"
 #include "table_ops.h"
+#include "serve_ops.h"
 #undef SSL_LEVEL
 SSL_VARIANT_TABLE(avx512, "avx512")
 }  // namespace avx512

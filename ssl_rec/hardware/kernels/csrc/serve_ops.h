@@ -1,0 +1,90 @@
+// Kernels of the serving model, one instruction-set variant (included by simd_variants.cpp
+// after bag_ops.h): the table-batched lookup of quantized tables and DLRM's pairwise dot
+// interaction. Inference only: no cache, no gradient.
+
+// Rows ids[b, f] of every table f for samples [b0, b1), written sample-major into
+// out[b, f, :]. INT8 rows are dequantized as FBGEMM's row-wise inference ops do
+// (fma(scale, q, bias) in the AVX2/AVX-512 variants), the other formats exactly, so the
+// result equals torch.ops.quantized.embedding_bag_{byte,4bit,2bit}_rowwise_offsets with one
+// id per bag (INT4/INT2: q * scale is exact, fused or not).
+inline void serve_rows(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0,
+                       int64_t b1, float* out) {
+  constexpr int64_t kSampleAhead = 2;
+  const int64_t dim = F ? ts[0].dim : 0;
+  for (int64_t b = b0; b < b1; ++b) {
+    if (b + kSampleAhead < b1) {
+      const int64_t* next = ids + (b + kSampleAhead) * F;
+      for (int64_t f = 0; f < F; ++f) {
+        const uint8_t* row = ts[f].store_row(next[f]);
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + ts[f].rbytes - 1);
+      }
+    }
+    for (int64_t f = 0; f < F; ++f) {
+      const TableView& t = ts[f];
+      const uint8_t* row = t.store_row(ids[b * F + f]);
+      float* o = out + (b * F + f) * dim;
+      if (t.kind == kInt8) {
+        bag_add_int8(row, dim, o, true);
+      } else {
+        dequant_row(t.kind, row, dim, o);
+      }
+    }
+  }
+}
+
+// Upper triangle (without the diagonal, row-major as torch.triu_indices) of V V^T for each
+// sample b in [b0, b1), V = vectors[b] of N rows of `dim`: out[b, k] for the k-th pair
+// (i < j). Each dot product is summed over d in order, one rounding per product and per
+// sum, so every variant gives the same bits. The AVX-512 variant transposes kInteractScratch
+// samples into `scratch` (dim x np floats each, np = N rounded up to 16, zero padded) and
+// computes 16 columns j of row i at once in a register, stored under a mask.
+inline void interact(const float* vectors, int64_t N, int64_t dim, int64_t b0, int64_t b1,
+                     float* scratch, float* out) {
+  const int64_t pairs = N * (N - 1) / 2;
+#if SSL_LEVEL == 2
+  const int64_t np = (N + 15) / 16 * 16, size = dim * np;
+  for (int64_t g = 0; g < kInteractScratch; ++g)
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t j = N; j < np; ++j) scratch[g * size + d * np + j] = 0.0f;
+  for (int64_t g0 = b0; g0 < b1; g0 += kInteractScratch) {
+    const int64_t g1 = std::min(g0 + kInteractScratch, b1);
+    for (int64_t b = g0; b < g1; ++b) {  // transposed first: no load waits on these stores
+      const float* v = vectors + b * N * dim;
+      float* vt = scratch + (b - g0) * size;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t d = 0; d < dim; ++d) vt[d * np + i] = v[i * dim + d];
+    }
+    for (int64_t b = g0; b < g1; ++b) {
+      const float* v = vectors + b * N * dim;
+      const float* vt = scratch + (b - g0) * size;
+      float* o = out + b * pairs;  // row i's pairs start here, column j at o[j - i - 1]
+      for (int64_t i = 0; i + 1 < N; ++i) {
+        for (int64_t blk = (i + 1) / 16 * 16; blk < N; blk += 16) {
+          __m512 a = _mm512_setzero_ps();
+          for (int64_t d = 0; d < dim; ++d)
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(v[i * dim + d]),
+                                               _mm512_loadu_ps(vt + d * np + blk)));
+          const int64_t lo = std::max(blk, i + 1), hi = std::min(blk + 16, N);
+          const auto mask = static_cast<__mmask16>(((1u << (hi - lo)) - 1) << (lo - blk));
+          // lanes outside [lo, hi) are masked off: neither written nor touched
+          _mm512_mask_storeu_ps(o + (lo - i - 1) - (lo - blk), mask, a);
+        }
+        o += N - i - 1;
+      }
+    }
+  }
+#else
+  (void)scratch;
+  for (int64_t b = b0; b < b1; ++b) {
+    const float* v = vectors + b * N * dim;
+    float* o = out + b * pairs;
+    for (int64_t i = 0; i + 1 < N; ++i)
+      for (int64_t j = i + 1; j < N; ++j) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < dim; ++d) acc += v[i * dim + d] * v[j * dim + d];
+        *o++ = acc;
+      }
+  }
+#endif
+}
