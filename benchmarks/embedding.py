@@ -2,7 +2,8 @@
 against its own FP32 tables, FBGEMM's table-batched embeddings (TBE, fbgemm-gpu-cpu) and
 torch's FBGEMM row-wise quantized ops, side by side in one run.
 
-    python benchmarks/embedding.py [--quick] --json OUT.json
+    python benchmarks/embedding.py [--quick] [--configs 1t4096,uniform] [--training-only]
+        --json OUT.json
 
 26 tables with Criteo-Kaggle cardinalities (capped), D = 64, one id per table and sample,
 batches 4096 and 16384, ids at Criteo-like (Zipf) and uniform skew. Protocol, the same for
@@ -54,6 +55,14 @@ OURS = {
 }
 OPTIMIZERS = ("sgd", "rowwise_adagrad")
 NUM_BATCHES = 8
+# name -> (result section, batch, threads, skew); ``--configs`` picks a subset.
+CONFIGS = {
+    "1t4096": ("one_thread", 4096, 1, "criteo"),
+    "2t4096": ("two_threads", 4096, 2, "criteo"),
+    "1t16384": ("one_thread", 16384, 1, "criteo"),
+    "2t16384": ("two_threads", 16384, 2, "criteo"),
+    "uniform": ("uniform_skew", 4096, 1, "uniform"),
+}
 
 
 def reexec_with_malloc_env() -> None:
@@ -263,10 +272,9 @@ def write_png(path: str, result: dict) -> None:
     import matplotlib.pyplot as plt
 
     labels, values = [], []
-    for title, res in (
-        ("criteo", result["one_thread"]["4096"]),
-        ("uniform", result["uniform_skew"]),
-    ):
+    shown = [("criteo", result.get("one_thread", {}).get("4096")),
+             ("uniform", result.get("uniform_skew"))]  # fmt: skip
+    for title, res in ((t, r) for t, r in shown if r is not None):
         for key, val in res["ratios"].items():
             for sub, v in val.items() if isinstance(val, dict) else [("", val)]:
                 labels.append(f"{title} {key} {sub}".strip())
@@ -283,9 +291,10 @@ def write_png(path: str, result: dict) -> None:
 def print_table(result: dict) -> None:
     """Samples/s and ratios as a plain table."""
     for mode in ("one_thread", "two_threads"):
-        for batch, res in result[mode].items():
+        for batch, res in result.get(mode, {}).items():
             _print_config(f"{mode}, batch {batch}, criteo skew", res)
-    _print_config("one_thread, batch 4096, uniform skew", result["uniform_skew"])
+    if "uniform_skew" in result:
+        _print_config("one_thread, batch 4096, uniform skew", result["uniform_skew"])
 
 
 def _print_config(title: str, res: dict) -> None:
@@ -299,12 +308,32 @@ def _print_config(title: str, res: dict) -> None:
         print(f"  breakdown {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
 
 
-def main() -> None:
-    """Parse arguments, run, print, write JSON + PNG."""
+def parse_args() -> argparse.Namespace:
+    """Command-line arguments (``--configs`` checked against :data:`CONFIGS`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small tables, few rounds")
     parser.add_argument("--json", required=True, help="output JSON path (PNG beside it)")
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated subset of {','.join(CONFIGS)} (default: all)",
+    )
+    parser.add_argument(
+        "--training-only",
+        action="store_true",
+        help="time the training steps only (no lookups, no embedding + MLP steps)",
+    )
     args = parser.parse_args()
+    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in args.configs if c not in CONFIGS]
+    if unknown or not args.configs:
+        parser.error(f"--configs {unknown or '(empty)'}: allowed are {list(CONFIGS)}")
+    return args
+
+
+def main() -> None:
+    """Parse arguments, run, print, write JSON + PNG."""
+    args = parse_args()
     reexec_with_malloc_env()
     cap = 50_000 if args.quick else 250_000
     cards = [min(c, cap) for c in CRITEO_KAGGLE_CARDINALITIES]
@@ -317,23 +346,22 @@ def main() -> None:
             "dim": 64,
             "batches": NUM_BATCHES,
             "rounds": rounds,
+            "configs": args.configs,
+            "training_only": args.training_only,
             "ids": {"criteo": "Zipf(1.1) ranks hashed over each table", "uniform": "uniform"},
             "timing": "warm-up cycle per kernel, rotated interleaved rounds, median ratio",
         },
         "environment": environment(fb),
-        "one_thread": {},
-        "two_threads": {},
     }
-    for batch in (4096, 16384):
-        result["one_thread"][str(batch)] = run_config(
-            cards, batch, 1, "criteo", rounds, fb, steps, colls
-        )
-        result["two_threads"][str(batch)] = run_config(
-            cards, batch, 2, "criteo", max(3, rounds // 3), fb, steps, colls
-        )
-    result["uniform_skew"] = run_config(
-        cards, 4096, 1, "uniform", rounds, fb, steps, colls, extra=False
-    )
+    for name in args.configs:
+        section, batch, threads, skew = CONFIGS[name]
+        extra = skew == "criteo" and not args.training_only
+        n = rounds if threads == 1 else max(3, rounds // 3)
+        res = run_config(cards, batch, threads, skew, n, fb, steps, colls, extra=extra)
+        if section == "uniform_skew":
+            result[section] = res
+        else:
+            result.setdefault(section, {})[str(batch)] = res
     print_table(result)
     atomic_write_json(args.json, result)
     write_png(os.path.splitext(args.json)[0] + ".png", result)

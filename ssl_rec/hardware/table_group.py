@@ -115,8 +115,12 @@ class TableGroup(nn.Module):
         limits = self._limits if limits is None else limits
         if ids.dim() != 2 or ids.shape[1] != limits.shape[0]:
             raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {limits.shape[0]}]")
-        bad = (ids < 0) | (ids >= limits)
-        if bool(bad.any()):
+        if ids.numel() == 0:
+            return
+        # One pass for every column's extremes; the element-wise search only on failure.
+        low, high = torch.aminmax(ids, dim=0)
+        if bool((low < 0).any()) or bool((high >= limits).any()):
+            bad = (ids < 0) | (ids >= limits)
             b, f = (int(v) for v in bad.nonzero()[0])
             raise IndexError(
                 f"table {f}: id {int(ids[b, f])} out of range [0, {int(limits[f])}) "

@@ -69,10 +69,10 @@ inline int victim(const TableView& t, int64_t s, uint8_t locked) {
   return best;
 }
 
-// Unique rows of table f's ids in first-occurrence order, each sample's index among them
-// and each row's number of samples. Returns U. An open-addressing table of (row, index)
+// Unique rows of table f's ids (`col`, the table's column, contiguous) in first-occurrence
+// order, each sample's index among them and each row's number of samples. Returns U. An open-addressing table of (row, index)
 // entries, twice the batch in size and left empty for the next call.
-int64_t dedupe(const int64_t* ids, int64_t B, int64_t F, int64_t f, int64_t* urows,
+int64_t dedupe(const int64_t* col, int64_t B, int64_t F, int64_t f, int64_t* urows,
                int32_t* inverse, int32_t* counts) {
   struct Entry {
     int64_t row;
@@ -90,7 +90,7 @@ int64_t dedupe(const int64_t* ids, int64_t B, int64_t F, int64_t f, int64_t* uro
   Entry* e = table.data();
   int64_t U = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t row = ids[b * F + f];
+    const int64_t row = col[b];
     uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> shift;
     while (e[h].row != -1 && e[h].row != row) h = (h + 1) & mask;
     if (e[h].row == -1) {
@@ -163,7 +163,7 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
   }
 }
 
-void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, int64_t F,
+void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B, int64_t F,
                  uint32_t key, const std::vector<Plan>& locks, const Plan& out) {
   int64_t* urows = out.rows.data_ptr<int64_t>() + f * B;
   int32_t* slots = out.slots.data_ptr<int32_t>() + f * B;
@@ -172,7 +172,7 @@ void admit_table(const TableView& t, int64_t f, const int64_t* ids, int64_t B, i
   int64_t U;
   {
     PhaseTimer timer(kDedupe);
-    U = dedupe(ids, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
+    U = dedupe(col, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
   }
   out.num_unique.data_ptr<int64_t>()[f] = U;
   std::fill(urows + U, urows + B, 0);  // a plan's unused tail is fixed (plans compare equal)
@@ -218,10 +218,20 @@ Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t st
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return std::min(ts[a].rows, B) > std::min(ts[b].rows, B);
   });
-  const int64_t* idp = ids.data_ptr<int64_t>();
+  // The ids table-major: each table's dedupe then reads one contiguous column instead of
+  // one id per sample row.
+  std::vector<int64_t> cols(static_cast<size_t>(B * F));
+  {
+    PhaseTimer timer(kDedupe);
+    const int64_t* idp = ids.data_ptr<int64_t>();
+    constexpr int64_t kBlock = 64;
+    for (int64_t b0 = 0; b0 < B; b0 += kBlock)
+      for (int64_t f = 0; f < F; ++f)
+        for (int64_t b = b0; b < std::min(B, b0 + kBlock); ++b) cols[f * B + b] = idp[b * F + f];
+  }
   run_tasks(F, order, parallel, [&](int64_t f) {
     const uint32_t key = stream_key(seed, ts[f].stream, kPurposeEvict, step);
-    admit_table(ts[f], f, idp, B, F, key, locks, out);
+    admit_table(ts[f], f, cols.data() + f * B, B, F, key, locks, out);
   });
   return out;
 }

@@ -60,15 +60,11 @@ inline void sources(const TableView& t, const int64_t* rows, const int32_t* slot
 // out[b, f] = src[f][inverse[b, f]] for samples [b0, b1): written in order, sample-major.
 inline void gather(const float* const* const* src, const int32_t* inverse, int64_t F,
                    int64_t dim, int64_t b0, int64_t b1, float* out) {
-  constexpr int64_t kSampleAhead = 2;
+  constexpr int64_t kSampleAhead = 3;
   for (int64_t b = b0; b < b1; ++b) {
     if (b + kSampleAhead < b1) {
       const int32_t* next = inverse + (b + kSampleAhead) * F;
-      for (int64_t f = 0; f < F; ++f) {  // first and last line: the rest follows them
-        const char* row = reinterpret_cast<const char*>(src[f][next[f]]);
-        __builtin_prefetch(row);
-        __builtin_prefetch(row + dim * 4 - 1);
-      }
+      for (int64_t f = 0; f < F; ++f) prefetch_bytes(src[f][next[f]], dim * 4);
     }
     const int32_t* inv = inverse + b * F;
     float* o = out + b * F * dim;
