@@ -64,11 +64,18 @@ class KeyTable:
     """
 
     LOAD = 0.6
+    # Keys are inserted this many at a time: the probing state stays a few MB per table.
+    CHUNK = 1 << 18
 
     def __init__(self, keys: np.ndarray, ids: np.ndarray) -> None:
         self.size = max(int(len(keys) / self.LOAD) + 1, 8)
         # Key and id side by side: a probe touches one cache line, not two.
         self.slots = np.zeros((self.size, 2), np.uint64)
+        for start in range(0, len(keys), self.CHUNK):
+            end = start + self.CHUNK
+            self._insert(keys[start:end], ids[start:end])
+
+    def _insert(self, keys: np.ndarray, ids: np.ndarray) -> None:
         pos = self._slot(keys)
         pending = np.arange(len(keys))
         while pending.size:
@@ -107,7 +114,8 @@ class VocabularyLookup:
     """Encodes batches with one field's fitted vocabulary.
 
     Args:
-        vocabulary: the field's vocabulary (exact or hashed).
+        vocabulary: the field's vocabulary (exact or hashed). An exact one's values are not
+            kept: the lookup holds only its key table, so the caller may release them.
 
     Example:
         >>> lookup = VocabularyLookup(Vocabulary.fit(pa.array(["a", "b"]), np.array([3, 1])))
@@ -117,7 +125,7 @@ class VocabularyLookup:
     """
 
     def __init__(self, vocabulary: Vocabulary) -> None:
-        self.vocabulary = vocabulary
+        self._hashed = vocabulary if vocabulary.hashed else None
         self._table: KeyTable | None = None
         self._long: dict[str, int] = {}
         if vocabulary.hashed or not len(vocabulary.values):
@@ -131,8 +139,8 @@ class VocabularyLookup:
 
     def ids_of(self, values: pa.Array) -> np.ndarray:
         """``int32[U]`` id of each distinct non-null value (0 = rare or unseen)."""
-        if self.vocabulary.hashed:
-            return self.vocabulary.bucket_ids(values)
+        if self._hashed is not None:
+            return self._hashed.bucket_ids(values)
         out = np.zeros(len(values), np.int32)
         if not len(values) or not (self._table is not None or self._long):
             return out

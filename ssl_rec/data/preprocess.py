@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -212,9 +211,8 @@ class _Run:
                 "a model's vocabulary (ssl-rec test/predict --ckpt_path, or "
                 "datamodule.use_vocabulary)"
             )
-        # Sorting and hashing run in numpy with the GIL released: one field per core.
-        with ThreadPoolExecutor(2) as pool:
-            return list(pool.map(lambda c: c.vocabulary(self.options.min_frequency), counters))
+        # One field at a time, each releasing its counts: the transient of one fit at most.
+        return [c.vocabulary(self.options.min_frequency) for c in counters]
 
     def _spill_writer(self, index: int, part: Part) -> SpillWriter:
         folder = self.out / ".spill"
@@ -230,10 +228,8 @@ class _Run:
             return SpillReader(writer.path, part.path, _size(part.path), writer.rows)
         return self.open_part(part)
 
-    def encode(self, vocabularies: list[Vocabulary], count_unseen: bool) -> SplitRoutes:
+    def encode(self, lookups: list[VocabularyLookup], count_unseen: bool) -> SplitRoutes:
         """Pass 2: encode every part into its splits; return the (closed) writers."""
-        with ThreadPoolExecutor(2) as pool:
-            lookups = list(pool.map(VocabularyLookup, vocabularies))
         shape = (len(self.layout.dense), len(self.layout.categorical))
         routes = SplitRoutes(self.plan, shape, self.options.shard_rows, self.out, count_unseen)
         progress, done = PassProgress("encode", sum(_size(p.path) for p in self.plan.parts)), 0
@@ -330,13 +326,20 @@ def preprocess(
         vocabs = run.count()
         vocabularies = Vocabularies(dict(zip(layout.categorical, vocabs, strict=True)),
                                     options.min_frequency, options.max_vocab_size)  # fmt: skip
-    routes = run.encode(vocabs, count_unseen=given)
+    # Whatever needs the vocabularies' values is done before encoding; while rows are
+    # encoded only the lookups' key tables stay resident (the values are released).
     for name, vocab in zip(layout.categorical, vocabs, strict=True):
         vocab.save(out_dir / VOCAB_DIRNAME, name)
     if not given:
         vocabularies.save(out_dir / VOCABULARY_FILENAME)
     fields = [CategoricalField(n, v.cardinality)
               for n, v in zip(layout.categorical, vocabs, strict=True)]  # fmt: skip
+    hashed = [n for n, v in zip(layout.categorical, vocabs, strict=True) if v.hashed]
+    fingerprints = vocabularies.fingerprints()
+    lookups = [VocabularyLookup(vocabs.pop(0)) for _ in range(len(vocabs))]
+    del vocabularies
+    routes = run.encode(lookups, count_unseen=given)
+    del lookups
     skipped = int(sum(run.skipped.values()))
     if skipped:
         log.warning("skipped %d bad rows in total (on_bad_row='skip')", skipped)
@@ -346,8 +349,8 @@ def preprocess(
         "splits": _split_metadata(run, routes),
         "skipped_rows": skipped,
         "vocab_dir": str(final_dir / VOCAB_DIRNAME),
-        "hashed_fields": [n for n, v in zip(layout.categorical, vocabs, strict=True) if v.hashed],
-        "vocabulary": vocabularies.fingerprints(),
+        "hashed_fields": hashed,
+        "vocabulary": fingerprints,
         "vocabulary_given": given,
     }
     if given:
