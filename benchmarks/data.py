@@ -9,7 +9,8 @@ The JSON records the 1/5/15-minute load averages at the start and the end.
   ``cardinality_scale`` 0.01 and 1.0 (Criteo-Kaggle's vocabularies), one process;
 - peak resident memory of preprocessing a 2M- and a 10M-row file at scale 1.0, each in a
   fresh process (flat in rows: memory follows the vocabularies, not the row count), and of a
-  one-step ``ssl-rec fit --config configs/ctr/criteo.yaml`` on them;
+  one-step ``ssl-rec fit --config configs/ctr/criteo.yaml`` on them (its INT8 + 5% cache
+  tables, and the same model with FP32 tables);
 - ``--full`` (not in CI; instead of the above): a 45.8M-row Criteo-Kaggle-shaped file
   (11 GB, generated chunk by chunk, deleted afterwards) preprocessed end to end in a fresh
   process: time, rows/s and peak memory.
@@ -130,9 +131,15 @@ runpy.run_module("ssl_rec.cli.main", run_name="__main__")
 """
 
 
-def fit_peak_rss(path: Path, tmp: Path) -> float:
-    """Peak RSS (MB) of a one-step ``ssl-rec fit`` with the shipped Criteo config."""
-    args = ["fit", "--config", "configs/ctr/criteo.yaml", "--data.path", str(path),
+# The shipped config's tables are INT8 + 5% FP32 cache; the same model with FP32 tables too.
+_TABLES = "--model.init_args.backbone.init_args.tables."
+FP32_TABLES = [f"{_TABLES}precision", "fp32", f"{_TABLES}cache_fraction", "0",
+               f"{_TABLES}stochastic_rounding", "false"]  # fmt: skip
+
+
+def fit_peak_rss(path: Path, tmp: Path, extra: list[str] | None = None) -> float:
+    """Peak RSS (MB) of a one-step ``ssl-rec fit`` with the shipped Criteo config (+ ``extra``)."""
+    args = ["fit", "--config", "configs/ctr/criteo.yaml", *(extra or []), "--data.path", str(path),
             "--data.cache_dir", str(tmp / "fit-cache"), "--trainer.max_steps", "1",
             "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
             "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir",
@@ -176,10 +183,12 @@ def regular(tmp: Path, small: int, big: int) -> dict:
         if n == small:
             results["criteo_preprocess_rows_per_s_scale1"] = rows_s
         results[f"fit_peak_rss_mb_{key}"] = fit_peak_rss(path, tmp / f"f{n}")
+        results[f"fit_fp32_peak_rss_mb_{key}"] = fit_peak_rss(path, tmp / f"g{n}", FP32_TABLES)
         path.unlink()
-    results["preprocess_peak_rss_ratio"] = (
-        results["preprocess_peak_rss_mb_10m"] / results["preprocess_peak_rss_mb_2m"]
-    )
+    for prefix in ("preprocess", "fit", "fit_fp32"):
+        results[f"{prefix}_peak_rss_ratio"] = (
+            results[f"{prefix}_peak_rss_mb_10m"] / results[f"{prefix}_peak_rss_mb_2m"]
+        )
     return results
 
 
