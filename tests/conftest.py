@@ -1,4 +1,5 @@
-"""Shared pytest setup: offline W&B/HF, per-session caches, the slow marker."""
+"""Shared pytest setup: offline W&B/HF, per-session caches, the slow marker, and the
+``threads`` / ``simd`` fixtures that rerun a kernel test per thread count and SIMD variant."""
 
 from __future__ import annotations
 
@@ -23,6 +24,32 @@ for _key, _value in {
     os.environ[_key] = _value
 # Small ops on 2 shared cores run far slower with 2 threads than with 1.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request: pytest.FixtureRequest):
+    """Run the test with 1 and with 2 intra-op threads (restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(params=["portable", "avx2", "avx512"])
+def simd(request: pytest.FixtureRequest):
+    """Run the test with each instruction-set variant of the compiled kernels the CPU has.
+
+    Builds the kernels (a build failure fails the test: these tests are about them).
+    """
+    from ssl_rec.hardware.kernels.dispatch import SIMD_LEVELS, load_compiled
+
+    ext = load_compiled()
+    level = SIMD_LEVELS[request.param]
+    if level > ext.max_simd_level():
+        pytest.skip(f"this CPU has no {request.param}")
+    previous = ext.set_simd_level(level)
+    yield request.param
+    ext.set_simd_level(previous)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

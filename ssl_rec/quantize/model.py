@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ssl_rec.hardware import Precision, quantize_rows
+from ssl_rec.hardware import Precision, quantize_rows, serving_kernels
 from ssl_rec.models import Backbone, CTRHead
 from ssl_rec.quantize.dense import (
     convert_layer,
@@ -26,6 +26,7 @@ from ssl_rec.quantize.dense import (
     relu_followed,
     tensor_bytes,
 )
+from ssl_rec.quantize.fused import dlrm_logits, fusable
 from ssl_rec.quantize.plan import QuantizationPlan, Unit
 from ssl_rec.quantize.tables import QuantizedTables
 from ssl_rec.schema import FeatureSchema
@@ -188,12 +189,18 @@ class InferenceCTRModel(nn.Module):
         self.eval()
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        """Click logits ``float32[B]``."""
+        """Click logits ``float32[B]`` (a DLRM without its two concatenations, see ``fused``)."""
         if dense.dim() != 2 or dense.shape[1] != self.schema.n_dense:
             raise ValueError(
                 f"dense features have shape {tuple(dense.shape)}; the model needs "
                 f"[B, {self.schema.n_dense}]"
             )
+        if sparse.dim() == 2 and sparse.shape[0] != dense.shape[0]:
+            raise ValueError(
+                f"{dense.shape[0]} rows of dense features but {sparse.shape[0]} of sparse ids"
+            )
+        if serving_kernels() is not None and fusable(self.dense, dense):
+            return dlrm_logits(self.tables, self.dense, dense, sparse).float()
         return self.dense(self.tables(sparse), dense).float()
 
     def nbytes(self) -> dict[str, int]:

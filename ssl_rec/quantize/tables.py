@@ -153,6 +153,29 @@ class QuantizedTables(nn.Module):
             out.index_copy_(0, fields, rows.view(len(fields), batch, self.dim))
         return out.transpose(0, 1)
 
+    def lookup_into(self, sparse: torch.Tensor, out: torch.Tensor, first: int) -> None:
+        """Write ``forward(sparse)`` into ``out[:, first : first + F]`` (compiled kernels only).
+
+        Args:
+            sparse: int64[B, F] ids.
+            out: contiguous float32[B, N, D] buffer, ``first + F <= N``.
+            first: row of ``out`` that receives table 0.
+
+        Raises:
+            RuntimeError: without the compiled kernels (use :meth:`forward`).
+            IndexError: naming the row, table and id of an id out of range.
+
+        """
+        kernels = serving_kernels()
+        if kernels is None:
+            raise RuntimeError("QuantizedTables.lookup_into needs the compiled kernels")
+        self._check_shape(sparse)
+        try:  # the kernel checks the ids itself, in the same pass as the lookup
+            kernels.serve_lookup_into(self._tables_view(), sparse.contiguous(), out, first)
+        except IndexError:
+            self._check(sparse)
+            raise
+
     def _tables_view(self) -> TableTensors:
         """The compiled kernels' view of the tables, rebuilt when a store is replaced."""
         stores = tuple(self._buffers[f"store_{p}"] for p in self.groups)
@@ -186,12 +209,15 @@ class QuantizedTables(nn.Module):
                 f"{[p.value for p in self.precisions]}"
             )
 
-    def _check(self, sparse: torch.Tensor) -> None:
+    def _check_shape(self, sparse: torch.Tensor) -> None:
         if sparse.dim() != 2 or sparse.shape[1] != self.num_tables:
             raise ValueError(
                 f"sparse ids have shape {tuple(sparse.shape)}; the tables need "
                 f"[B, {self.num_tables}]"
             )
+
+    def _check(self, sparse: torch.Tensor) -> None:
+        self._check_shape(sparse)
         if sparse.numel() == 0:
             return
         low, high = torch.aminmax(sparse, dim=0)  # one pass over the ids

@@ -21,22 +21,11 @@ SPECS = [
     TableSpec("int8", 0.0, optimizer="sgd"),
     TableSpec("int4", 1.0, optimizer="sgd"),
 ]
-LEVELS = {"portable": 0, "avx2": 1, "avx512": 2}
 
 
 @pytest.fixture(scope="module")
 def compiled():
     return CompiledKernels(load_compiled())
-
-
-@pytest.fixture(params=list(LEVELS))
-def simd(request, compiled):
-    ext = compiled._ext
-    if LEVELS[request.param] > ext.max_simd_level():
-        pytest.skip(f"this CPU has no {request.param}")
-    previous = ext.set_simd_level(LEVELS[request.param])
-    yield request.param
-    ext.set_simd_level(previous)
 
 
 def _state(t):

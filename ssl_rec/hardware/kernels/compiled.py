@@ -74,6 +74,24 @@ class CompiledKernels:
         """
         return self._ext.serve_lookup(*_tables(t), ids)
 
+    def serve_lookup_into(
+        self, t: TableTensors, ids: torch.Tensor, out: torch.Tensor, first: int
+    ) -> None:
+        """:meth:`serve_lookup` written into ``out[:, first : first + T]``.
+
+        ``out``: a contiguous ``float32[B, N, D]`` buffer with ``first + T <= N``; its other
+        rows are left as they are.
+        """
+        self._ext.serve_lookup_into(*_tables(t), ids, out, first)
+
+    def interaction_into(self, vectors: torch.Tensor, out: torch.Tensor, column: int) -> None:
+        """:meth:`interaction` written into ``out[:, column : column + N * (N - 1) / 2]``.
+
+        ``out``: a contiguous ``float32[B, C]`` buffer, sharing no memory with ``vectors``;
+        its other columns are left as they are.
+        """
+        self._ext.interaction_into(vectors, out, column)
+
     def interaction(self, vectors: torch.Tensor) -> torch.Tensor:
         """DLRM's pairwise dot products: ``float32[B, N, D] -> float32[B, N * (N - 1) / 2]``.
 

@@ -215,4 +215,38 @@ void check_vectors(const at::Tensor& vectors) {
                     vectors.size(1));
 }
 
+namespace {
+
+// Buffers a kernel reads and writes in one pass must not share bytes.
+void expect_disjoint(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  const bool apart = a0 + a.nbytes() <= b0 || b0 + b.nbytes() <= a0;
+  TORCH_CHECK_VALUE(a.nbytes() == 0 || b.nbytes() == 0 || apart, what);
+}
+
+}  // namespace
+
+void check_lookup_out(const at::Tensor& out, const at::Tensor& ids, int64_t dim, int64_t first) {
+  expect(out, at::kFloat, 3, "serve_lookup out");
+  const int64_t B = ids.size(0), F = ids.size(1);
+  TORCH_CHECK_VALUE(out.size(0) == B, "serve_lookup out: ", B, " samples expected, got ",
+                    shape_of(out));
+  TORCH_CHECK_VALUE(F == 0 || out.size(2) == dim, "serve_lookup out: rows of ", dim,
+                    " expected, got ", shape_of(out));
+  TORCH_CHECK_VALUE(first >= 0 && first + F <= out.size(1), "serve_lookup out: ", F,
+                    " tables from row ", first, " do not fit in ", shape_of(out));
+  expect_disjoint(out, ids, "serve_lookup out must not share memory with the ids");
+}
+
+void check_interaction_out(const at::Tensor& vectors, const at::Tensor& out, int64_t column) {
+  expect(out, at::kFloat, 2, "interaction out");
+  const int64_t B = vectors.size(0), N = vectors.size(1), pairs = N * (N - 1) / 2;
+  TORCH_CHECK_VALUE(out.size(0) == B, "interaction out: ", B, " samples expected, got ",
+                    shape_of(out));
+  TORCH_CHECK_VALUE(column >= 0 && column + pairs <= out.size(1), "interaction out: ", pairs,
+                    " pairs from column ", column, " do not fit in ", shape_of(out));
+  expect_disjoint(out, vectors, "interaction out must not share memory with the vectors");
+}
+
 }  // namespace sslrec

@@ -134,34 +134,68 @@ at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& i
   return out;
 }
 
-at::Tensor serve_lookup(const Tables& tables, const at::Tensor& ids) {
-  const std::vector<TableView> ts = table_views(tables);
+namespace {
+
+// The tables' views after the serving checks (ids in range, no cache).
+std::vector<TableView> serve_views(const Tables& tables, const at::Tensor& ids) {
+  std::vector<TableView> ts = table_views(tables);
   check_ids(ids, ts);
   for (size_t f = 0; f < ts.size(); ++f)
     TORCH_CHECK_VALUE(ts[f].sets == 0, "serve_lookup: table ", f, " has a cache");
+  return ts;
+}
+
+void serve_rows_into(const std::vector<TableView>& ts, const at::Tensor& ids, float* out,
+                     int64_t out_stride) {
+  const int64_t B = ids.size(0), F = ids.size(1);
+  const int64_t* idp = ids.data_ptr<int64_t>();
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    variant().serve_rows(ts.data(), idp, F, b0, b1, out, out_stride);
+  });
+}
+
+void interact_into(const at::Tensor& vectors, float* out, int64_t out_stride) {
+  const int64_t B = vectors.size(0), N = vectors.size(1), dim = vectors.size(2);
+  if (B == 0 || N < 2) return;
+  const float* vp = vectors.data_ptr<float>();
+  const int64_t scratch = kInteractScratch * dim * ((N + 15) / 16 * 16);
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    std::vector<float> buffer(scratch);
+    variant().interact(vp, N, dim, b0, b1, buffer.data(), out, out_stride);
+  });
+}
+
+}  // namespace
+
+at::Tensor serve_lookup(const Tables& tables, const at::Tensor& ids) {
+  const std::vector<TableView> ts = serve_views(tables, ids);
   const int64_t B = ids.size(0), F = ids.size(1), dim = F ? ts[0].dim : 0;
   auto out = at::empty({B, F, dim}, at::kFloat);
-  const int64_t* idp = ids.data_ptr<int64_t>();
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
-    variant().serve_rows(ts.data(), idp, F, b0, b1, op);
-  });
+  serve_rows_into(ts, ids, out.data_ptr<float>(), F * dim);
   return out;
+}
+
+void serve_lookup_into(const Tables& tables, const at::Tensor& ids, const at::Tensor& out,
+                       int64_t first) {
+  const std::vector<TableView> ts = serve_views(tables, ids);
+  check_lookup_out(out, ids, ts.empty() ? 0 : ts[0].dim, first);
+  if (ts.empty()) return;
+  const int64_t stride = out.size(1) * out.size(2);
+  serve_rows_into(ts, ids, out.data_ptr<float>() + first * out.size(2), stride);
 }
 
 at::Tensor interaction(const at::Tensor& vectors) {
   check_vectors(vectors);
-  const int64_t B = vectors.size(0), N = vectors.size(1), dim = vectors.size(2);
-  auto out = at::empty({B, N * (N - 1) / 2}, at::kFloat);
-  if (B == 0 || N < 2) return out;
-  const float* vp = vectors.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const int64_t scratch = kInteractScratch * dim * ((N + 15) / 16 * 16);
-  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
-    std::vector<float> buffer(scratch);
-    variant().interact(vp, N, dim, b0, b1, buffer.data(), op);
-  });
+  const int64_t B = vectors.size(0), N = vectors.size(1), pairs = N * (N - 1) / 2;
+  auto out = at::empty({B, pairs}, at::kFloat);
+  interact_into(vectors, out.data_ptr<float>(), pairs);
   return out;
+}
+
+void interaction_into(const at::Tensor& vectors, const at::Tensor& out, int64_t column) {
+  check_vectors(vectors);
+  check_interaction_out(vectors, out, column);
+  interact_into(vectors, out.data_ptr<float>() + column, out.size(1));
 }
 
 }  // namespace sslrec

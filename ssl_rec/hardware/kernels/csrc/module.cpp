@@ -69,6 +69,15 @@ at::Tensor serve_lookup(TensorList stores, TensorList cache_rows, TensorList cac
       ids);
 }
 
+void serve_lookup_into(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+                       TensorList cache_state, TensorList stats, TensorList momentum,
+                       at::Tensor meta, at::Tensor hparams, at::Tensor ids, at::Tensor out,
+                       int64_t first) {
+  sslrec::serve_lookup_into(
+      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
+      ids, out, first);
+}
+
 // Seconds per phase since the last reset; switches the counters on (or off with `on`).
 py::dict phase_seconds(bool on, bool reset) {
   sslrec::Profile& p = sslrec::profile();
@@ -97,7 +106,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lookup", &lookup, "eval lookup (cache, else store) without side effects", nogil);
   m.def("serve_lookup", &serve_lookup, "inference lookup of uncached tables, FBGEMM's rounding",
         nogil);
+  m.def("serve_lookup_into", &serve_lookup_into,
+        "serve_lookup written into out[:, first : first + T] of a float32[B, N, D] buffer", nogil);
   m.def("interaction", &sslrec::interaction, "upper triangle of V V^T per sample", nogil);
+  m.def("interaction_into", &sslrec::interaction_into,
+        "interaction written into out[:, column : column + pairs] of a float32[B, C] buffer",
+        nogil);
   m.def("bag_lookup", &sslrec::bag_lookup, "INT8/INT4 sum-pooled inference lookup", nogil);
   m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
   m.def("num_kinds", [] { return static_cast<int64_t>(sslrec::kNumKinds); });

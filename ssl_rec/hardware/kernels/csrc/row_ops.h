@@ -5,15 +5,7 @@
 // (no fused multiply-add, sums in the documented order), so all three are bit-identical to
 // each other and to kernels/reference.py. Only the inference bag lookup uses FMA.
 
-// FP16 -> FP32 (exact): the F16C instruction in the x86 variants, c10's bit arithmetic in the
-// portable one (about 20 instructions, twice per INT4 row).
-inline float half_to_float(uint16_t bits) {
-#if SSL_LEVEL >= 1
-  return _cvtsh_ss(bits);
-#else
-  return h2f(bits);
-#endif
-}
+#include "small_rows.h"
 
 inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
   int64_t d = 0;
@@ -47,25 +39,6 @@ inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
     hi = x[d] > hi ? x[d] : hi;
   }
   hi = hi + 0.0f;  // canonical zero, as the minimum in int_qparams
-}
-
-inline void dequant_small(int kind, const uint8_t* row, int64_t dim, float* out) {
-  if (kind == kFp16 || kind == kBf16) {
-    for (int64_t d = 0; d < dim; ++d) {
-      uint16_t b;
-      std::memcpy(&b, row + 2 * d, 2);
-      out[d] = kind == kFp16 ? half_to_float(b) : bf2f(b);
-    }
-    return;
-  }
-  const int64_t nb = data_bytes(2, dim);
-  uint16_t sb[2];
-  std::memcpy(sb, row + nb, 4);
-  const float scale = half_to_float(sb[0]), bias = half_to_float(sb[1]);
-  for (int64_t d = 0; d < dim; ++d) {
-    const float q = static_cast<float>((row[d / 4] >> ((d % 4) * 2)) & 3);
-    out[d] = q * scale + bias;
-  }
 }
 
 // value = q * scale + bias, two roundings (the reference's order).

@@ -89,9 +89,9 @@ struct Variant {
   void (*bag)(int bits, const uint8_t* base, int64_t rb, int64_t dim, const int64_t* ix,
               const int64_t* off, int64_t begin, int64_t end, float* op);
   void (*serve_rows)(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
-                     float* out);
+                     float* out, int64_t out_stride);
   void (*interact)(const float* vectors, int64_t N, int64_t dim, int64_t b0, int64_t b1,
-                   float* scratch, float* out);
+                   float* scratch, float* out, int64_t out_stride);
 };
 
 // The variant in use: AVX-512 or AVX2 when the CPU has it, else portable; see simd_level.
