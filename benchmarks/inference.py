@@ -12,6 +12,10 @@ Then, on the test rows, interleaved round by round:
 
 - samples/s and p50/p99 latency at batch 1, 64 and 4096 on one thread and on two, of the
   FP32 model (the serving code with every unit in FP32) and of the quantized directory;
+- the time of each serving stage at batch 4096 on one thread, median over batches, for
+  both models on the fused path (bottom MLP, lookup and interaction in one kernel, top MLP,
+  head) and on the module's concatenating one (lookup, bottom MLP, interaction with its two
+  concatenations, top MLP, head);
 - the table part alone: the model's lookups (``torch.ops.quantized`` row-wise FBGEMM ops)
   against FBGEMM's table-batched ``IntNBitTableBatchedEmbeddingBagsCodegen`` holding the
   same rows at the same precisions (``fbgemm-gpu-cpu``; skipped when not installed);
@@ -38,7 +42,9 @@ from ssl_rec._io import atomic_write_json
 from ssl_rec.cli import instantiate
 from ssl_rec.cli.datamodules import datamodule_from
 from ssl_rec.cli.quantize_commands import labeled_rows, load_ctr, quantize
+from ssl_rec.hardware import serving_kernels
 from ssl_rec.quantize import ModelBuilder, load_quantized, logits_of, pair_agreement, throughput
+from ssl_rec.quantize.fused import dlrm_logits, fusable
 from ssl_rec.quantize.ptq import agreement
 from ssl_rec.types import Batch
 
@@ -80,6 +86,52 @@ def speed_grid(models: dict, rows, quick: bool) -> list[dict]:
             timed = throughput(models, rows, batch, threads=threads, rounds=max(rounds, 3))
             for name, figures in timed.items():
                 out.append({"model": name, "batch": batch, "threads": threads, **figures})
+    return out
+
+
+def _one_pass(model, fused: bool, dense: torch.Tensor, sparse: torch.Tensor) -> dict:
+    """Seconds of each stage of one forward on the fused or the concatenating path."""
+    marks = [time.perf_counter()]
+    stages: dict[str, float] = {}
+
+    def mark(stage: str) -> None:
+        marks.append(time.perf_counter())
+        stages[stage] = marks[-1] - marks[-2]
+
+    dlrm_logits(model.tables, model.dense, dense, sparse, fused, mark)
+    return stages
+
+
+def stage_times(models: dict, rows, quick: bool, batch: int = 4096) -> dict:
+    """Median milliseconds of each serving stage per model, fused and concatenating paths.
+
+    One thread, ``batch`` rows, the models and paths interleaved round by round; the
+    stages are those the serving forward reports (``ssl_rec.quantize.fused.STAGES``, and
+    ``FUSED_STAGES`` on the fused path, where the lookup and interaction are one kernel).
+    """
+    if not all(fusable(model.dense) for model in models.values()):
+        return {"skipped": "not a DLRM with an FP32 interaction"}
+    paths = ("fused", "concatenating") if serving_kernels() is not None else ("concatenating",)
+    runs = {f"{name}/{path}": (model, path == "fused")
+            for name, model in models.items() for path in paths}  # fmt: skip
+    times: dict[str, list[dict[str, float]]] = {key: [] for key in runs}
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            for r in range(6 if quick else 31):
+                dense, sparse = rows.batch(r * batch, batch)
+                for key, (model, fused) in runs.items():
+                    stages = _one_pass(model, fused, dense, sparse)
+                    if r > 0:  # the first round allocates and warms up
+                        times[key].append(stages)
+    finally:
+        torch.set_num_threads(previous)
+    out: dict = {"batch": batch, "threads": 1}
+    for key, measured in times.items():
+        out[key] = {stage: 1e3 * float(np.median([m[stage] for m in measured]))
+                    for stage in measured[0]}  # fmt: skip
+        out[key]["total"] = 1e3 * float(np.median([sum(m.values()) for m in measured]))
     return out
 
 
@@ -174,6 +226,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "choices": report["choices"],
         "bytes": {"fp32": fp32.nbytes(), "quantized": quantized.nbytes()},
         "speed": speed_grid({"fp32": fp32, "quantized": quantized}, test, args.quick),
+        "stages_ms": stage_times({"fp32": fp32, "quantized": quantized}, test, args.quick),
         "tables": tbe_peer(quantized.tables, test.sparse, args.quick),
         "predict": predictions(ckpt, out, test),
     }  # fmt: skip
@@ -254,6 +307,9 @@ def main() -> None:
         print(f"{r['model']:10s} batch {r['batch']:5d} threads {r['threads']} "
               f"{r['samples_per_s']:12.0f}/s p50 {r['p50_ms']:8.3f} ms "
               f"p99 {r['p99_ms']:8.3f} ms {r['samples_per_cpu_s']:12.0f}/CPU-s")  # fmt: skip
+    for key, stages in result["stages_ms"].items():
+        if isinstance(stages, dict):
+            print(f"stages {key:24s}", " ".join(f"{k} {v:.2f}" for k, v in stages.items()), "ms")
     print("tables:", {k: v for k, v in result["tables"].items() if not isinstance(v, dict)})
     print("acceptance:", result["acceptance"])
     atomic_write_json(args.json, result)

@@ -1,12 +1,13 @@
-"""DLRM served without concatenations: each stage writes into the next stage's input.
+"""DLRM served without concatenations: the lookup and interaction write the top MLP's input.
 
 DLRM's forward concatenates twice: the bottom MLP's output before the looked-up rows
 (``[B, 1 + T, D]``, the interaction's input) and before the interaction's output (``[B, D +
 P]``, the top MLP's input). At batch 4096 these are fresh 6-7 MB tensors, copied once more
-each. With the compiled kernels the serving model instead keeps both buffers per thread
-and has the table-batched lookup write rows ``1 .. T`` of the first and the interaction
-write columns ``D ..`` of the second; only the bottom MLP's ``[B, D]`` output is copied,
-into both. The values are the plain forward's, bit for bit (a test checks it).
+each. With the compiled kernels the serving model instead keeps the top MLP's input buffer
+per thread, copies the bottom MLP's ``[B, D]`` output into its first ``D`` columns, and has
+one kernel look up the rows and write their interaction into the rest: the interaction's
+input is gathered a chunk of samples at a time (in the L2 cache, ``serve_interaction``),
+never as a whole. The values are the plain forward's, bit for bit (a test checks it).
 
 :func:`dlrm_logits` runs either path stage by stage and can report when each stage ends,
 which is how ``benchmarks/inference.py`` times them.
@@ -24,10 +25,11 @@ from ssl_rec.models import DLRMEncoder, DotInteraction
 from ssl_rec.quantize.dense import PrecisionLayer
 from ssl_rec.quantize.tables import QuantizedTables
 
-__all__ = ["STAGES", "dlrm_logits", "fusable"]
+__all__ = ["FUSED_STAGES", "STAGES", "dlrm_logits", "fusable"]
 
-# The stages :func:`dlrm_logits` reports, in order.
+# The stages :func:`dlrm_logits` reports, in order: the module's forward, the fused one.
 STAGES = ("lookup", "bottom_mlp", "interaction", "top_mlp", "head")
+FUSED_STAGES = ("bottom_mlp", "lookup_interaction", "top_mlp", "head")
 
 _SCRATCH = threading.local()
 
@@ -86,32 +88,28 @@ def dlrm_logits(
         sparse: int64[B, T] ids.
         fused: write into the per-thread buffers (needs the compiled kernels); ``False``
             runs the module's own forward (two ``torch.cat``), the same values.
-        mark: called with each name of :data:`STAGES` as that stage ends.
+        mark: called with each name of :data:`STAGES` (``fused``: :data:`FUSED_STAGES`) as
+            that stage ends.
 
     """
     encoder, head = dense_part.encoder, dense_part.head
     done = mark or (lambda _stage: None)
-    kernels = serving_kernels() if fused else None
-    if kernels is None:
+    if not fused or serving_kernels() is None:
         field_emb = tables(sparse)
         done("lookup")
         dense_emb = encoder.bottom(dense)
         done("bottom_mlp")
         vectors = torch.cat([dense_emb.unsqueeze(1), field_emb], dim=1)
         top_in = torch.cat([dense_emb, encoder.interaction(vectors)], dim=1)
+        done("interaction")
     else:
-        batch, dim = sparse.shape[0], tables.dim
-        vectors = _buffer("vectors", (batch, 1 + tables.num_tables, dim))
-        tables.lookup_into(sparse, vectors, 1)
-        done("lookup")
-        dense_emb = encoder.bottom(dense)
+        dense_emb = encoder.bottom(dense).float().contiguous()
         done("bottom_mlp")
-        pairs = vectors.shape[1] * (vectors.shape[1] - 1) // 2
-        top_in = _buffer("top_in", (batch, dim + pairs))
-        vectors[:, 0].copy_(dense_emb)
+        batch, dim, vectors = sparse.shape[0], tables.dim, tables.num_tables + 1
+        top_in = _buffer("top_in", (batch, dim + vectors * (vectors - 1) // 2))
         top_in[:, :dim].copy_(dense_emb)
-        kernels.interaction_into(vectors, top_in, dim)
-    done("interaction")
+        tables.interaction_into(sparse, dense_emb, top_in, dim)
+        done("lookup_interaction")
     pooled = encoder.top(top_in)
     done("top_mlp")
     logits = head(pooled)

@@ -153,25 +153,31 @@ class QuantizedTables(nn.Module):
             out.index_copy_(0, fields, rows.view(len(fields), batch, self.dim))
         return out.transpose(0, 1)
 
-    def lookup_into(self, sparse: torch.Tensor, out: torch.Tensor, first: int) -> None:
-        """Write ``forward(sparse)`` into ``out[:, first : first + F]`` (compiled kernels only).
+    def interaction_into(
+        self, sparse: torch.Tensor, first: torch.Tensor, out: torch.Tensor, column: int
+    ) -> None:
+        """Look up ``sparse`` and write DLRM's interaction of ``[first, rows]`` into ``out``.
+
+        Compiled kernels only; see ``CompiledKernels.serve_interaction``.
 
         Args:
             sparse: int64[B, F] ids.
-            out: contiguous float32[B, N, D] buffer, ``first + F <= N``.
-            first: row of ``out`` that receives table 0.
+            first: contiguous float32[B, D], the vector before each sample's rows.
+            out: contiguous float32[B, C]; columns ``column .. column + (F + 1) F / 2 - 1``
+                receive the pairwise dot products.
+            column: first column written.
 
         Raises:
-            RuntimeError: without the compiled kernels (use :meth:`forward`).
+            RuntimeError: without the compiled kernels.
             IndexError: naming the row, table and id of an id out of range.
 
         """
         kernels = serving_kernels()
         if kernels is None:
-            raise RuntimeError("QuantizedTables.lookup_into needs the compiled kernels")
+            raise RuntimeError("QuantizedTables.interaction_into needs the compiled kernels")
         self._check_shape(sparse)
         try:  # the kernel checks the ids itself, in the same pass as the lookup
-            kernels.serve_lookup_into(self._tables_view(), sparse.contiguous(), out, first)
+            kernels.serve_interaction(self._tables_view(), sparse.contiguous(), first, out, column)
         except IndexError:
             self._check(sparse)
             raise

@@ -81,7 +81,7 @@ def _in_order(vectors: torch.Tensor) -> torch.Tensor:
 
 
 @compiled
-@pytest.mark.parametrize(("n", "dim"), [(2, 4), (5, 8), (17, 16), (27, 16), (40, 3)])
+@pytest.mark.parametrize(("n", "dim"), [(2, 4), (5, 8), (17, 16), (27, 16), (20, 32), (40, 3)])
 def test_interaction_is_the_upper_triangle_summed_in_order(n, dim, threads, simd):
     vectors = torch.randn(300, n, dim, generator=torch.Generator().manual_seed(n))
     ours = CompiledInteraction(n)(vectors)
@@ -109,49 +109,43 @@ def test_interaction_falls_back_to_torch(monkeypatch):
 
 
 @compiled
-def test_lookup_and_interaction_write_into_their_place(threads, simd):
-    kernels = serving_kernels()
-    tables = _tables()
-    ids = _ids(tables, 300)
-    vectors = torch.full((300, 10, 16), -3.0)
-    tables.lookup_into(ids, vectors, 2)
-    assert torch.equal(vectors[:, 2:], tables(ids))
-    assert bool((vectors[:, :2] == -3.0).all())
-    out = torch.full((300, 50), -5.0)
-    kernels.interaction_into(vectors, out, 4)
-    assert torch.equal(out[:, 4:49], _in_order(vectors))
-    assert bool((out[:, :4] == -5.0).all()) and bool((out[:, 49:] == -5.0).all())
+@pytest.mark.parametrize(("batch", "dim"), [(1, 16), (300, 16), (130, 8)])
+def test_lookup_and_interaction_in_one_pass(batch, dim, threads, simd):
+    tables = _tables(dim)
+    ids = _ids(tables, batch)
+    first = torch.randn(batch, dim, generator=torch.Generator().manual_seed(2))
+    out = torch.full((batch, 50), -5.0)
+    tables.interaction_into(ids, first, out, 4)
+    vectors = torch.cat([first[:, None], tables(ids)], 1)
+    assert torch.equal(out[:, 4:40], _in_order(vectors))
+    assert bool((out[:, :4] == -5.0).all()) and bool((out[:, 40:] == -5.0).all())
 
 
 @compiled
-def test_writes_into_bad_buffers_are_refused():
+def test_one_pass_refuses_bad_buffers():
     kernels = serving_kernels()
     tables = _tables()
-    view, ids = tables._tables_view(), _ids(tables, 4)
-    with pytest.raises(TypeError, match="serve_lookup out must be Float"):
-        kernels.serve_lookup_into(view, ids, torch.zeros(4, 8, 16, dtype=torch.float64), 0)
-    with pytest.raises(ValueError, match="8 tables from row 1 do not fit"):
-        kernels.serve_lookup_into(view, ids, torch.zeros(4, 8, 16), 1)
-    with pytest.raises(ValueError, match="rows of 16 expected"):
-        kernels.serve_lookup_into(view, ids, torch.zeros(4, 9, 8), 1)
+    view, ids, first = tables._tables_view(), _ids(tables, 4), torch.randn(4, 16)
+    with pytest.raises(TypeError, match="serve_interaction out must be Float"):
+        kernels.serve_interaction(view, ids, first, torch.zeros(4, 40, dtype=torch.float64), 0)
+    with pytest.raises(ValueError, match="36 pairs from column 5 do not fit"):
+        kernels.serve_interaction(view, ids, first, torch.zeros(4, 40), 5)
+    with pytest.raises(ValueError, match="from column -1"):
+        kernels.serve_interaction(view, ids, first, torch.zeros(4, 40), -1)
     with pytest.raises(ValueError, match="4 samples expected"):
-        kernels.serve_lookup_into(view, ids, torch.zeros(5, 9, 16), 1)
+        kernels.serve_interaction(view, ids, first, torch.zeros(5, 40), 0)
     with pytest.raises(ValueError, match="contiguous"):
-        kernels.serve_lookup_into(view, ids, torch.zeros(4, 16, 9).transpose(1, 2), 1)
-    with pytest.raises(ValueError, match="from row -1"):
-        kernels.serve_lookup_into(view, ids, torch.zeros(4, 9, 16), -1)
-    vectors = torch.randn(4, 5, 16)
-    with pytest.raises(ValueError, match="10 pairs from column 3 do not fit"):
-        kernels.interaction_into(vectors, torch.zeros(4, 12), 3)
-    with pytest.raises(ValueError, match="4 samples expected"):
-        kernels.interaction_into(vectors, torch.zeros(3, 12), 0)
-    with pytest.raises(ValueError, match="must not share memory"):
-        kernels.interaction_into(vectors, vectors.view(4, 80), 0)
-    with pytest.raises(TypeError, match="interaction out must be Float"):
-        kernels.interaction_into(vectors, torch.zeros(4, 12, dtype=torch.bfloat16), 0)
+        kernels.serve_interaction(view, ids, first, torch.zeros(40, 4).t(), 0)
+    with pytest.raises(ValueError, match=r"first vectors: float32\[4, 16\] expected"):
+        kernels.serve_interaction(view, ids, torch.randn(4, 8), torch.zeros(4, 40), 0)
+    with pytest.raises(TypeError, match="first vectors must be Float"):
+        kernels.serve_interaction(view, ids, first.double(), torch.zeros(4, 40), 0)
+    shared = torch.zeros(4, 60)
+    with pytest.raises(ValueError, match="must not share memory with first"):
+        kernels.serve_interaction(view, ids, shared.view(-1)[:64].view(4, 16), shared, 20)
     ids[1, 3] = -1
     with pytest.raises(IndexError, match="row 1, table 3: id -1"):
-        tables.lookup_into(ids, torch.zeros(4, 9, 16), 1)
+        tables.interaction_into(ids, first, torch.zeros(4, 40), 0)
 
 
 PLANS = {
@@ -198,7 +192,7 @@ def test_fused_forward_reports_its_stages_and_reuses_its_buffers(source, rows):
         fused_module.dlrm_logits(model.tables, model.dense, rows.dense[64:128],
                                  rows.sparse[64:128], mark=seen.append)  # fmt: skip
         again = model(rows.dense[:64], rows.sparse[:64])
-    assert seen == list(fused_module.STAGES)
+    assert seen == list(fused_module.FUSED_STAGES)
     assert torch.equal(first, again)
 
 

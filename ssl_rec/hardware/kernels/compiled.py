@@ -74,24 +74,6 @@ class CompiledKernels:
         """
         return self._ext.serve_lookup(*_tables(t), ids)
 
-    def serve_lookup_into(
-        self, t: TableTensors, ids: torch.Tensor, out: torch.Tensor, first: int
-    ) -> None:
-        """:meth:`serve_lookup` written into ``out[:, first : first + T]``.
-
-        ``out``: a contiguous ``float32[B, N, D]`` buffer with ``first + T <= N``; its other
-        rows are left as they are.
-        """
-        self._ext.serve_lookup_into(*_tables(t), ids, out, first)
-
-    def interaction_into(self, vectors: torch.Tensor, out: torch.Tensor, column: int) -> None:
-        """:meth:`interaction` written into ``out[:, column : column + N * (N - 1) / 2]``.
-
-        ``out``: a contiguous ``float32[B, C]`` buffer, sharing no memory with ``vectors``;
-        its other columns are left as they are.
-        """
-        self._ext.interaction_into(vectors, out, column)
-
     def interaction(self, vectors: torch.Tensor) -> torch.Tensor:
         """DLRM's pairwise dot products: ``float32[B, N, D] -> float32[B, N * (N - 1) / 2]``.
 
@@ -99,6 +81,31 @@ class CompiledKernels:
         order); each dot product summed over ``d`` in order (FP32, no autograd).
         """
         return self._ext.interaction(vectors)
+
+    def serve_interaction(
+        self,
+        t: TableTensors,
+        ids: torch.Tensor,
+        first: torch.Tensor,
+        out: torch.Tensor,
+        column: int,
+    ) -> None:
+        """DLRM's lookup and interaction in one pass, written into ``out``.
+
+        For each sample ``b``: the :meth:`interaction` of the ``1 + T`` vectors
+        ``first[b]``, ``serve_lookup(t, ids)[b]`` goes to ``out[b, column : column + P]``
+        (``P = (1 + T) T / 2``); the other columns are left as they are. The vectors are
+        gathered a chunk of samples at a time, never as a whole ``[B, 1 + T, D]`` tensor.
+
+        Args:
+            t: uncached tables of one ``D``.
+            ids: int64[B, T].
+            first: contiguous float32[B, D] (DLRM: the bottom MLP's output).
+            out: contiguous float32[B, C], sharing no memory with ``first`` or ``ids``.
+            column: where the pairs start, ``column + P <= C``.
+
+        """
+        self._ext.serve_interaction(*_tables(t), ids, first, out, column)
 
     def bag_lookup(
         self,

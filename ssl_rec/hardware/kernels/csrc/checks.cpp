@@ -227,26 +227,22 @@ void expect_disjoint(const at::Tensor& a, const at::Tensor& b, const char* what)
 
 }  // namespace
 
-void check_lookup_out(const at::Tensor& out, const at::Tensor& ids, int64_t dim, int64_t first) {
-  expect(out, at::kFloat, 3, "serve_lookup out");
-  const int64_t B = ids.size(0), F = ids.size(1);
-  TORCH_CHECK_VALUE(out.size(0) == B, "serve_lookup out: ", B, " samples expected, got ",
+void check_serve_interaction(const at::Tensor& ids, const std::vector<TableView>& ts,
+                             const at::Tensor& first, const at::Tensor& out, int64_t column) {
+  const int64_t B = ids.size(0), N = ids.size(1) + 1, pairs = N * (N - 1) / 2;
+  expect(first, at::kFloat, 2, "serve_interaction first vectors");
+  const int64_t dim = ts.empty() ? first.size(1) : ts[0].dim;
+  TORCH_CHECK_VALUE(first.size(0) == B && first.size(1) == dim && dim > 0 && dim <= kMaxDim,
+                    "serve_interaction first vectors: float32[", B, ", ", dim,
+                    "] expected, got ", shape_of(first));
+  TORCH_CHECK_VALUE(N <= 4096, "serve_interaction: at most 4095 tables, got ", N - 1);
+  expect(out, at::kFloat, 2, "serve_interaction out");
+  TORCH_CHECK_VALUE(out.size(0) == B, "serve_interaction out: ", B, " samples expected, got ",
                     shape_of(out));
-  TORCH_CHECK_VALUE(F == 0 || out.size(2) == dim, "serve_lookup out: rows of ", dim,
-                    " expected, got ", shape_of(out));
-  TORCH_CHECK_VALUE(first >= 0 && first + F <= out.size(1), "serve_lookup out: ", F,
-                    " tables from row ", first, " do not fit in ", shape_of(out));
-  expect_disjoint(out, ids, "serve_lookup out must not share memory with the ids");
-}
-
-void check_interaction_out(const at::Tensor& vectors, const at::Tensor& out, int64_t column) {
-  expect(out, at::kFloat, 2, "interaction out");
-  const int64_t B = vectors.size(0), N = vectors.size(1), pairs = N * (N - 1) / 2;
-  TORCH_CHECK_VALUE(out.size(0) == B, "interaction out: ", B, " samples expected, got ",
-                    shape_of(out));
-  TORCH_CHECK_VALUE(column >= 0 && column + pairs <= out.size(1), "interaction out: ", pairs,
-                    " pairs from column ", column, " do not fit in ", shape_of(out));
-  expect_disjoint(out, vectors, "interaction out must not share memory with the vectors");
+  TORCH_CHECK_VALUE(column >= 0 && column + pairs <= out.size(1), "serve_interaction out: ",
+                    pairs, " pairs from column ", column, " do not fit in ", shape_of(out));
+  expect_disjoint(out, first, "serve_interaction out must not share memory with first");
+  expect_disjoint(out, ids, "serve_interaction out must not share memory with the ids");
 }
 
 }  // namespace sslrec

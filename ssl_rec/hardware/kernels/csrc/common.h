@@ -16,6 +16,8 @@ constexpr int kLfuMax = 255;
 constexpr int64_t kMaxDim = 2048;
 // Samples the interaction kernel transposes at once (its scratch: this many dim x np blocks).
 constexpr int64_t kInteractScratch = 8;
+// Bytes of vectors serve_interaction gathers per chunk of samples (well inside L2).
+constexpr int64_t kServeChunkBytes = 128 * 1024;
 // Numbered as ssl_rec.hardware.precision.Precision.code (a test checks both sides agree).
 enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5, kNumKinds = 6 };
 // Column order of the int64[T, 9] table metadata (ssl_rec.hardware.kernels.layout.META_*).

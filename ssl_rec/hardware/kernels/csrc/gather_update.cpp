@@ -154,17 +154,6 @@ void serve_rows_into(const std::vector<TableView>& ts, const at::Tensor& ids, fl
   });
 }
 
-void interact_into(const at::Tensor& vectors, float* out, int64_t out_stride) {
-  const int64_t B = vectors.size(0), N = vectors.size(1), dim = vectors.size(2);
-  if (B == 0 || N < 2) return;
-  const float* vp = vectors.data_ptr<float>();
-  const int64_t scratch = kInteractScratch * dim * ((N + 15) / 16 * 16);
-  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
-    std::vector<float> buffer(scratch);
-    variant().interact(vp, N, dim, b0, b1, buffer.data(), out, out_stride);
-  });
-}
-
 }  // namespace
 
 at::Tensor serve_lookup(const Tables& tables, const at::Tensor& ids) {
@@ -175,27 +164,45 @@ at::Tensor serve_lookup(const Tables& tables, const at::Tensor& ids) {
   return out;
 }
 
-void serve_lookup_into(const Tables& tables, const at::Tensor& ids, const at::Tensor& out,
-                       int64_t first) {
+void serve_interaction(const Tables& tables, const at::Tensor& ids, const at::Tensor& first,
+                       const at::Tensor& out, int64_t column) {
   const std::vector<TableView> ts = serve_views(tables, ids);
-  check_lookup_out(out, ids, ts.empty() ? 0 : ts[0].dim, first);
-  if (ts.empty()) return;
-  const int64_t stride = out.size(1) * out.size(2);
-  serve_rows_into(ts, ids, out.data_ptr<float>() + first * out.size(2), stride);
+  check_serve_interaction(ids, ts, first, out, column);
+  const int64_t B = ids.size(0), F = ids.size(1), N = F + 1, dim = first.size(1);
+  if (B == 0 || N < 2) return;
+  const int64_t stride = out.size(1), np = (N + 15) / 16 * 16;
+  // Samples per chunk: their vectors stay in the L2 cache between lookup and products.
+  const int64_t chunk = std::clamp<int64_t>(kServeChunkBytes / (N * dim * 4), 1, 64);
+  const int64_t* idp = ids.data_ptr<int64_t>();
+  const float* fp = first.data_ptr<float>();
+  float* op = out.data_ptr<float>() + column;
+  const Variant& v = variant();
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    std::vector<float> vectors(chunk * N * dim), scratch(kInteractScratch * dim * np);
+    for (int64_t c0 = b0; c0 < b1; c0 += chunk) {
+      const int64_t n = std::min(chunk, b1 - c0);
+      for (int64_t b = 0; b < n; ++b)
+        std::memcpy(vectors.data() + b * N * dim, fp + (c0 + b) * dim, dim * sizeof(float));
+      v.serve_rows(ts.data(), idp + c0 * F, F, 0, n, vectors.data() + dim, N * dim);
+      v.interact(vectors.data(), N, dim, 0, n, scratch.data(), op + c0 * stride, stride);
+    }
+  });
 }
 
 at::Tensor interaction(const at::Tensor& vectors) {
   check_vectors(vectors);
-  const int64_t B = vectors.size(0), N = vectors.size(1), pairs = N * (N - 1) / 2;
+  const int64_t B = vectors.size(0), N = vectors.size(1), dim = vectors.size(2);
+  const int64_t pairs = N * (N - 1) / 2;
   auto out = at::empty({B, pairs}, at::kFloat);
-  interact_into(vectors, out.data_ptr<float>(), pairs);
+  if (B == 0 || N < 2) return out;
+  const float* vp = vectors.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t scratch = kInteractScratch * dim * ((N + 15) / 16 * 16);
+  at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
+    std::vector<float> buffer(scratch);
+    variant().interact(vp, N, dim, b0, b1, buffer.data(), op, pairs);
+  });
   return out;
-}
-
-void interaction_into(const at::Tensor& vectors, const at::Tensor& out, int64_t column) {
-  check_vectors(vectors);
-  check_interaction_out(vectors, out, column);
-  interact_into(vectors, out.data_ptr<float>() + column, out.size(1));
 }
 
 }  // namespace sslrec

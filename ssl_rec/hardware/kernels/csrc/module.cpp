@@ -69,13 +69,13 @@ at::Tensor serve_lookup(TensorList stores, TensorList cache_rows, TensorList cac
       ids);
 }
 
-void serve_lookup_into(TensorList stores, TensorList cache_rows, TensorList cache_tags,
+void serve_interaction(TensorList stores, TensorList cache_rows, TensorList cache_tags,
                        TensorList cache_state, TensorList stats, TensorList momentum,
-                       at::Tensor meta, at::Tensor hparams, at::Tensor ids, at::Tensor out,
-                       int64_t first) {
-  sslrec::serve_lookup_into(
+                       at::Tensor meta, at::Tensor hparams, at::Tensor ids, at::Tensor first,
+                       at::Tensor out, int64_t column) {
+  sslrec::serve_interaction(
       tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      ids, out, first);
+      ids, first, out, column);
 }
 
 // Seconds per phase since the last reset; switches the counters on (or off with `on`).
@@ -106,12 +106,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lookup", &lookup, "eval lookup (cache, else store) without side effects", nogil);
   m.def("serve_lookup", &serve_lookup, "inference lookup of uncached tables, FBGEMM's rounding",
         nogil);
-  m.def("serve_lookup_into", &serve_lookup_into,
-        "serve_lookup written into out[:, first : first + T] of a float32[B, N, D] buffer", nogil);
   m.def("interaction", &sslrec::interaction, "upper triangle of V V^T per sample", nogil);
-  m.def("interaction_into", &sslrec::interaction_into,
-        "interaction written into out[:, column : column + pairs] of a float32[B, C] buffer",
-        nogil);
+  m.def("serve_interaction", &serve_interaction,
+        "interaction of [first, serve_lookup(ids)] per sample, into out[:, column:]", nogil);
   m.def("bag_lookup", &sslrec::bag_lookup, "INT8/INT4 sum-pooled inference lookup", nogil);
   m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
   m.def("num_kinds", [] { return static_cast<int64_t>(sslrec::kNumKinds); });

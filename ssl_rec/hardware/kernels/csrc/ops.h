@@ -36,8 +36,8 @@ void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableVi
 void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                const at::Tensor& offsets, int64_t dim);
 void check_vectors(const at::Tensor& vectors);
-void check_lookup_out(const at::Tensor& out, const at::Tensor& ids, int64_t dim, int64_t first);
-void check_interaction_out(const at::Tensor& vectors, const at::Tensor& out, int64_t column);
+void check_serve_interaction(const at::Tensor& ids, const std::vector<TableView>& ts,
+                             const at::Tensor& first, const at::Tensor& out, int64_t column);
 
 at::Tensor lookup(const Tables& t, const at::Tensor& ids);
 Plan admit(const Tables& t, const at::Tensor& ids, int64_t seed, int64_t step,
@@ -47,12 +47,12 @@ void update(const Tables& t, const Plan& p, const at::Tensor& grad, int64_t seed
 at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                       const at::Tensor& offsets, int64_t dim);
 at::Tensor serve_lookup(const Tables& t, const at::Tensor& ids);
-// serve_lookup written into out[:, first : first + F] of a float32[B, N, D] buffer.
-void serve_lookup_into(const Tables& t, const at::Tensor& ids, const at::Tensor& out,
-                       int64_t first);
 at::Tensor interaction(const at::Tensor& vectors);
-// interaction written into out[:, column : column + pairs] of a float32[B, C] buffer.
-void interaction_into(const at::Tensor& vectors, const at::Tensor& out, int64_t column);
+// DLRM's lookup and interaction in one pass: for each sample b, the interaction of the
+// 1 + T vectors first[b], serve_lookup(ids)[b] is written into out[b, column : column + P]
+// (P = (1 + T) T / 2); the [B, 1 + T, D] vectors exist only a chunk of samples at a time.
+void serve_interaction(const Tables& t, const at::Tensor& ids, const at::Tensor& first,
+                       const at::Tensor& out, int64_t column);
 
 // Runs fn(order[i]) for i in [0, n), spread over the intra-op threads with dynamic
 // scheduling when `parallel` (results never depend on which thread runs a task).
