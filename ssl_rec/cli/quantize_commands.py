@@ -121,6 +121,7 @@ def quantize(
     explain: bool = False,
     overwrite: bool = False,
     min_pair_agreement: float | None = None,
+    tiny_weights: int = 4096,
 ) -> dict[str, Any]:
     """Quantize a trained CTR model: the smallest model whose NE stays within the budget.
 
@@ -138,6 +139,8 @@ def quantize(
         overwrite: replace an existing ``out``.
         min_pair_agreement: also keep the fraction of calibration row pairs ordered as by
             FP32 at or above this (e.g. 0.99; default: NE budget only).
+        tiny_weights: Linear layers with at most this many weights stay FP32 (their INT8
+            twin is slower: it quantizes each batch's activations first).
 
     """
     if not budget_ne > 0:
@@ -152,8 +155,9 @@ def quantize(
     )
     trained = {"trained_module": lambda dense, sparse: module(Batch(dense, sparse))}
     model, report = quantize_ctr(
-        source, calibration, evaluation, budget_ne, tiny_rows, trained, min_pair_agreement
-    )
+        source, calibration, evaluation, budget_ne, tiny_rows, trained, min_pair_agreement,
+        tiny_weights,
+    )  # fmt: skip
     report["min_pair_agreement"] = min_pair_agreement
     report["splits"] = {"calibration": calibration_split, "evaluation": evaluation_split}
     if explain:

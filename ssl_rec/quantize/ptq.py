@@ -28,6 +28,7 @@ def quantize_ctr(
     tiny_rows: int = 128,
     speed_models: Mapping[str, Model] | None = None,
     min_pair_agreement: float | None = None,
+    tiny_weights: int = 4096,
 ) -> tuple[InferenceCTRModel, dict[str, Any]]:
     """Search the smallest plan within ``budget_ne`` on ``calibration``; report on ``evaluation``.
 
@@ -41,13 +42,16 @@ def quantize_ctr(
             module's own forward), ``name -> model(dense, sparse)``.
         min_pair_agreement: also keep the pair order of FP32 on ``calibration`` at or above
             this fraction (see :func:`~ssl_rec.quantize.search.search_plan`).
+        tiny_weights: Linear layers with at most this many weights stay FP32.
 
     Returns:
         The quantized model and its report (see :func:`build_report`).
 
     """
     builder = ModelBuilder(source)
-    result = search_plan(builder, calibration, budget_ne, tiny_rows, min_pair_agreement)
+    result = search_plan(
+        builder, calibration, budget_ne, tiny_rows, min_pair_agreement, tiny_weights
+    )
     fp32, quantized = builder.build(source.fp32_plan()), builder.build(result.plan)
     report = build_report(fp32, quantized, result, calibration, evaluation, budget_ne, speed_models)
     return quantized, report

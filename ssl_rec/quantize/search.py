@@ -22,6 +22,8 @@ import logging
 import math
 from dataclasses import asdict, dataclass, field
 
+from torch import nn
+
 from ssl_rec._checks import check_positive
 from ssl_rec.hardware import Precision, serving_kernels
 from ssl_rec.models import DotInteraction
@@ -93,10 +95,23 @@ class SearchResult:
 
 
 def ladder_of(
-    unit: Unit, rows: int, dim: int, tiny_rows: int, interaction: bool = False
+    unit: Unit,
+    rows: int,
+    dim: int,
+    tiny_rows: int,
+    interaction: bool = False,
+    weights: int | None = None,
+    tiny_weights: int = 0,
 ) -> tuple[tuple[str, ...], ...]:
-    """The rungs ``unit`` may descend (a table of ``rows`` rows, a layer, an interaction)."""
+    """The rungs ``unit`` may descend (a table of ``rows`` rows, a layer, an interaction).
+
+    A Linear layer of at most ``tiny_weights`` ``weights`` stays FP32: its few bytes are
+    not worth the time a low-precision twin adds per batch (FBGEMM's INT8 kernel quantizes
+    each batch's activations first; bfloat16 casts them), slower than the FP32 product.
+    """
     if unit.kind == "layer":
+        if not interaction and weights is not None and weights <= tiny_weights:
+            return ()
         if interaction:  # bf16 saves no bytes, and is slower than the compiled FP32 kernel
             return () if serving_kernels() is not None else INTERACTION_LADDER
         if importlib.util.find_spec("torchao"):
@@ -126,17 +141,21 @@ class _Search:
         budget: float,
         tiny_rows: int,
         min_pairs: float | None = None,
+        tiny_weights: int = 0,
     ) -> None:
         self.builder, self.rows, self.budget, self.min_pairs = builder, rows, budget, min_pairs
         source = builder.source
         self.fp32 = source.fp32_plan()
         cards = dict(zip(source.schema.field_names, source.schema.cardinalities, strict=True))
         dim = source.embedding_dim
-        products = {n for n, m in dense_layers(source.dense) if isinstance(m, DotInteraction)}
-        self.ladders = {
-            u: ladder_of(u, cards.get(u.name, 0), dim, tiny_rows, u.name in products)
-            for u in self.fp32.units()
-        }
+        layers = dict(dense_layers(source.dense))
+        products = {n for n, m in layers.items() if isinstance(m, DotInteraction)}
+        weights = {n: m.weight.numel() for n, m in layers.items() if isinstance(m, nn.Linear)}
+        self.ladders = {}
+        for u in self.fp32.units():
+            size = {"interaction": u.name in products, "weights": weights.get(u.name)}
+            self.ladders[u] = ladder_of(u, cards.get(u.name, 0), dim, tiny_rows, **size,
+                                        tiny_weights=tiny_weights)  # fmt: skip
         self.evaluations = 0
         self.logits_fp32 = logits_of(self.builder.build(self.fp32), rows)
         self.ne_fp32 = ne_of(self.logits_fp32, rows.label)
@@ -187,6 +206,7 @@ def search_plan(
     budget_ne: float,
     tiny_rows: int = 128,
     min_pair_agreement: float | None = None,
+    tiny_weights: int = 4096,
 ) -> SearchResult:
     """Choose each table's and layer's precision under an NE budget (see the module doc).
 
@@ -197,6 +217,8 @@ def search_plan(
         tiny_rows: tables with at most this many rows only go down to FP16.
         min_pair_agreement: keep only moves whose model orders at least this fraction of
             calibration row pairs as FP32 does (``None``: no such constraint).
+        tiny_weights: Linear layers with at most this many weights stay FP32 (faster there
+            than FBGEMM's INT8 kernel, which quantizes each batch's activations first).
 
     Returns:
         The plan, NE before and after, and every step in the order tried.
@@ -207,7 +229,7 @@ def search_plan(
         raise ValueError(
             f"quantize: min_pair_agreement must be in (0, 1], got {min_pair_agreement}"
         )
-    state = _Search(builder, rows, budget, tiny_rows, min_pair_agreement)
+    state = _Search(builder, rows, budget, tiny_rows, min_pair_agreement, tiny_weights)
     plan, ne = state.fp32, state.ne_fp32
     heap = [c for u in plan.units() if (c := state.candidate(u, 0, plan)) is not None]
     heapq.heapify(heap)

@@ -83,7 +83,7 @@ def test_fbgemm_layers_round_trip_through_the_quantized_directory(source, rows, 
 
 
 def test_quantize_ctr_with_fbgemm_layers_is_smaller_and_within_budget(source, rows):
-    model, report = quantize_ctr(source, rows, rows, 1e-2, tiny_rows=3)
+    model, report = quantize_ctr(source, rows, rows, 1e-2, tiny_rows=3, tiny_weights=0)
     chosen = {v for k, v in report["choices"]["layers"].items() if "interaction" not in k}
     assert chosen == {"int8_fbgemm"}
     assert abs(report["calibration_set"]["ne_quantized"] - report["ne_fp32"]) <= 1e-2
@@ -113,7 +113,7 @@ def test_a_layer_that_cannot_take_a_precision_takes_the_next_choice(source, rows
         return real(layer, precision, relu)
 
     monkeypatch.setattr(model_module, "convert_layer", refuse)
-    result = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3)
+    result = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3, tiny_weights=0)
     assert result.plan.layers["encoder.bottom.0"] == "int8_weight_only"
     assert result.plan.layers["encoder.top.0"] == "int8_fbgemm"
     refused = [s for s in result.steps if s.unit == "layer encoder.bottom.0" and not s.accepted]

@@ -53,14 +53,14 @@ def test_fp32_plan_reproduces_the_trained_model(source, rows):
 
 
 def test_tiny_budget_keeps_everything_fp32(source, rows):
-    result = search_plan(ModelBuilder(source), rows, 1e-12, tiny_rows=3)
+    result = search_plan(ModelBuilder(source), rows, 1e-12, tiny_rows=3, tiny_weights=0)
     assert set(result.plan.tables.values()) == {"fp32"}
     assert set(result.plan.layers.values()) == {"fp32"}
     assert result.steps and not any(s.accepted for s in result.steps)
 
 
 def test_generous_budget_picks_the_lowest_precisions(source, rows):
-    result = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3)
+    result = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3, tiny_weights=0)
     assert result.plan.tables == {"C0": "fp16", "C1": "int2", "C2": "int2", "C3": "int2"}
     # bf16 products only where they beat torch.bmm; the compiled FP32 kernel is faster
     expected = "fp32" if serving_kernels() is not None else "bf16"
@@ -73,10 +73,10 @@ def test_generous_budget_picks_the_lowest_precisions(source, rows):
 
 
 def test_budget_bounds_the_ne_change_and_int2_only_where_it_fits(source, rows):
-    lowest = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3)
+    lowest = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3, tiny_weights=0)
     budget = abs(lowest.ne - lowest.ne_fp32) / 4  # a quarter of what the lowest precisions cost
     assert budget > 0
-    result = search_plan(ModelBuilder(source), rows, budget, tiny_rows=3)
+    result = search_plan(ModelBuilder(source), rows, budget, tiny_rows=3, tiny_weights=0)
     assert abs(result.ne - result.ne_fp32) <= budget
     kept = [s for s in result.steps if s.accepted]
     assert all(abs(s.delta_ne) <= budget for s in kept)
@@ -90,7 +90,7 @@ def test_budget_bounds_the_ne_change_and_int2_only_where_it_fits(source, rows):
 
 
 def test_report_save_and_load(source, rows, tmp_path):
-    model, report = quantize_ctr(source, rows, rows, 1e-3, tiny_rows=3)
+    model, report = quantize_ctr(source, rows, rows, 1e-3, tiny_rows=3, tiny_weights=0)
     for key in (
         "ne_fp32",
         "ne_quantized",
@@ -117,9 +117,11 @@ def test_report_save_and_load(source, rows, tmp_path):
 
 
 def test_pair_order_floor_undoes_moves_that_reorder_pairs(source, rows):
-    free = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3)
+    free = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3, tiny_weights=0)
     floor = 0.995
-    held = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3, min_pair_agreement=floor)
+    held = search_plan(
+        ModelBuilder(source), rows, 10.0, tiny_rows=3, min_pair_agreement=floor, tiny_weights=0
+    )
     measured = [s for s in held.steps if s.pairs_same_order is not None]
     assert measured and all(s.accepted == (s.pairs_same_order >= floor) for s in measured)
     assert any(not s.accepted for s in measured)  # the floor binds where the budget did not
@@ -169,3 +171,12 @@ def test_monitor_flags_a_shifted_slice_and_passes_an_unshifted_one(source, fresh
     shifted = Rows(fresh.dense * 1000, fresh.sparse, fresh.label)
     result = compare_on_slice(fp32, candidate, shifted, 1e-3)
     assert not result["passed"] and abs(result["ne_change"]) > 1e-3
+
+
+def test_tiny_layers_stay_fp32(source, rows):
+    # top.0 holds 18 x 32 = 576 weights; top.2 512, the bottom's 32 and 128, the head's 16
+    result = search_plan(ModelBuilder(source), rows, 10.0, tiny_rows=3, tiny_weights=512)
+    linear = {k: v for k, v in result.plan.layers.items() if k != "encoder.interaction"}
+    assert linear.pop("encoder.top.0") == "int8_fbgemm"
+    assert set(linear.values()) == {"fp32"}
+    assert not any(s.unit.removeprefix("layer ") in linear for s in result.steps)
