@@ -12,9 +12,9 @@ Two passes over record batches, never a whole file in memory:
    (:class:`~ssl_rec.data.routing.SplitRoutes`).
 
 Peak memory is the vocabularies (about 16 bytes per distinct value of at most 8 bytes while
-counting, about 27 per kept value in the lookups' key tables while encoding) plus a few blocks of rows; the split of every
-row is a pure function of the plan (:mod:`ssl_rec.data.plan`), so the output is the same
-bit for bit whatever the block size.
+counting, about 27 per kept value in the lookups' key tables while encoding) plus a few
+blocks of rows; the split of every row is a pure function of the plan
+(:mod:`ssl_rec.data.plan`), so the output is the same bit for bit whatever the block size.
 """
 
 from __future__ import annotations
