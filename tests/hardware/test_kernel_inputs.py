@@ -39,6 +39,13 @@ BAG_CASES = [
     ),  # fmt: skip
     ((_store(), 8, torch.tensor([1, 10]), torch.tensor([0, 2]), 8), IndexError, "out of range"),
     ((_store(), 8, torch.tensor([-1, 2]), torch.tensor([0, 2]), 8), IndexError, "out of range"),
+    ((_store(), 8, torch.tensor([1, 2**63 - 1]), torch.tensor([0, 2]), 8), IndexError, "range"),
+    ((_store(), 8, torch.tensor([-(2**63), 2]), torch.tensor([0, 2]), 8), IndexError, "range"),
+    (  # steps that would wrap around 2^64 back to the last offset
+        (_store(), 8, torch.tensor([1, 2]), torch.tensor([0, 2**63 - 1, -2, 2]), 8),
+        ValueError,
+        "non-decreasing",
+    ),  # fmt: skip
     (
         (_store(), 8, torch.tensor([1, 2], dtype=torch.int32), torch.tensor([0, 2]), 8),
         TypeError,

@@ -166,7 +166,7 @@ def check_bag(
         raise ValueError(
             f"offsets[-1] must equal the number of indices {n}, got {int(offsets[-1])}"
         )
-    drops = (offsets.diff() < 0).nonzero()
+    drops = (offsets[:-1] > offsets[1:]).nonzero()  # a comparison: no step can wrap
     if len(drops):
         b = int(drops[0])
         raise ValueError(

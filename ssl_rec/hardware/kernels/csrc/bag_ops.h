@@ -35,7 +35,14 @@ inline void bag_add_int8(const uint8_t* __restrict row, int64_t dim, float* __re
     const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
     _mm512_storeu_ps(a + d, _mm512_fmadd_ps(vs, q, bag_base(a + d, vb, first)));
   }
-#elif SSL_LEVEL == 1
+  if (d < dim) {  // the last dim % 16 columns under a mask: no scalar loop in the row's code
+    const __mmask16 m = static_cast<__mmask16>((1u << (dim - d)) - 1);
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, row + d)));
+    const __m512 sum = first ? vb : _mm512_add_ps(vb, _mm512_maskz_loadu_ps(m, a + d));
+    _mm512_mask_storeu_ps(a + d, m, _mm512_fmadd_ps(vs, q, sum));
+  }
+#else
+#if SSL_LEVEL == 1
   const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(bias);
   for (; d + 8 <= dim; d += 8) {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d));
@@ -44,6 +51,7 @@ inline void bag_add_int8(const uint8_t* __restrict row, int64_t dim, float* __re
   }
 #endif
   for (; d < dim; ++d) a[d] = bag_scalar(scale, static_cast<float>(row[d]), bias, a[d], first);
+#endif
 }
 
 inline void bag_add_int4(const uint8_t* __restrict row, int64_t dim, float* __restrict a,
@@ -87,26 +95,63 @@ inline void bag_add_int4(const uint8_t* __restrict row, int64_t dim, float* __re
   }
 }
 
-// Bags [begin, end) of the lookup; rows are prefetched kBagAhead indices ahead (both lines
-// a row may span), the per-row work being short.
-constexpr int64_t kBagAhead = 16;
-inline void bag_range(int bits, const uint8_t* base, int64_t rb, int64_t dim, const int64_t* ix,
-                      const int64_t* off, int64_t begin, int64_t end, float* op) {
+// Bags [begin, end) of the lookup, for one row format (the format is a template argument so
+// that the per-row loop has no branch on it); rows are prefetched kBagAhead indices ahead
+// (both lines a row may span), the per-row work being short.
+constexpr int64_t kBagAhead = 32;
+template <int Bits>
+inline void bag_rows(const uint8_t* base, int64_t rb, int64_t dim, const int64_t* ix,
+                     const int64_t* off, int64_t begin, int64_t end, float* op) {
   const int64_t last = off[end];
   for (int64_t b = begin; b < end; ++b) {
     float* o = op + b * dim;
-    if (off[b] == off[b + 1]) std::memset(o, 0, dim * sizeof(float));
-    for (int64_t i = off[b]; i < off[b + 1]; ++i) {
+    const int64_t i0 = off[b], i1 = off[b + 1];
+    if (i0 == i1) std::memset(o, 0, dim * sizeof(float));
+    for (int64_t i = i0; i < i1; ++i) {
       if (i + kBagAhead < last) {
         const uint8_t* p = base + ix[i + kBagAhead] * rb;
         __builtin_prefetch(p);
         __builtin_prefetch(p + rb - 1);
       }
-      if (bits == 8) {
-        bag_add_int8(base + ix[i] * rb, dim, o, i == off[b]);
+      if constexpr (Bits == 8) {
+        bag_add_int8(base + ix[i] * rb, dim, o, i == i0);
       } else {
-        bag_add_int4(base + ix[i] * rb, dim, o, i == off[b]);
+        bag_add_int4(base + ix[i] * rb, dim, o, i == i0);
       }
     }
   }
+}
+
+inline void bag_range(int bits, const uint8_t* base, int64_t rb, int64_t dim, const int64_t* ix,
+                      const int64_t* off, int64_t begin, int64_t end, float* op) {
+  if (bits == 8) {
+    bag_rows<8>(base, rb, dim, ix, off, begin, end, op);
+  } else {
+    bag_rows<4>(base, rb, dim, ix, off, begin, end, op);
+  }
+}
+
+// Whether some x[i] lies outside [lo, hi) (hi - lo <= 2^63): with u = x - lo and top = hi -
+// lo - 1 as unsigned, u | (top - u) has its sign bit set exactly when u > top (wrapped), so
+// one OR-reduction without branches decides it, at this variant's vector width. The input
+// checks of every lookup run it over the ids; they name the bad value only when it fails.
+inline bool outside(const int64_t* x, int64_t n, int64_t lo, int64_t hi) {
+  if (n <= 0) return false;
+  if (hi <= lo) return true;
+  const uint64_t first = static_cast<uint64_t>(lo), top = static_cast<uint64_t>(hi - lo - 1);
+  uint64_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t u = static_cast<uint64_t>(x[i]) - first;
+    acc |= u | (top - u);
+  }
+  return (acc >> 63) != 0;
+}
+
+// Whether some step off[b + 1] - off[b] of the nb offsets is negative, for offsets already
+// known to lie in [0, 2^63) (then no step wraps), at this variant's vector width.
+inline bool descends(const int64_t* off, int64_t nb) {
+  uint64_t acc = 0;
+  for (int64_t b = 0; b + 1 < nb; ++b)
+    acc |= static_cast<uint64_t>(off[b + 1]) - static_cast<uint64_t>(off[b]);
+  return (acc >> 63) != 0;
 }

@@ -1,6 +1,7 @@
 // Validation of every kernel input: dtypes, shapes, layouts, id and offset ranges. The
 // kernels trust nothing they did not check here.
 #include <string>
+#include <type_traits>
 
 #include "ops.h"
 
@@ -24,6 +25,22 @@ void expect(const at::Tensor& x, at::ScalarType dtype, int64_t dims, const std::
 void expect_shape(const at::Tensor& x, at::IntArrayRef shape, const std::string& what) {
   TORCH_CHECK_VALUE(x.sizes() == shape, what, " must have shape ", shape, ", got ",
                     shape_of(x));
+}
+
+// Whether some x[i] lies outside [lo, hi) (hi - lo <= 2^(bits - 1)). With u = x - lo and
+// top = hi - lo - 1 as unsigned, u | (top - u) has its sign bit set exactly when u > top
+// (wrapped), so one OR-reduction without branches decides it and vectorizes on any x86-64;
+// the callers' loops that name the bad value run only when it says so.
+template <typename T>
+bool any_outside(const T* x, int64_t n, int64_t lo, int64_t hi) {
+  using U = std::make_unsigned_t<T>;
+  const U first = static_cast<U>(lo), top = static_cast<U>(hi - lo - 1);
+  U acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const U u = static_cast<U>(static_cast<U>(x[i]) - first);
+    acc |= u | static_cast<U>(top - u);
+  }
+  return n > 0 && ((acc >> (8 * sizeof(U) - 1)) != 0 || hi <= lo);
 }
 
 at::ScalarType store_dtype(int64_t kind) {
@@ -117,13 +134,16 @@ void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts) {
   const int64_t* p = ids.data_ptr<int64_t>();
   const int64_t B = ids.size(0);
   if (F == 0) return;
-  // A branch-free scan first (vectorized); the loop that names the bad id only on failure.
-  std::vector<uint64_t> limit(F);
-  for (int64_t f = 0; f < F; ++f) limit[f] = static_cast<uint64_t>(ts[f].rows);
-  bool bad = false;
+  // A branch-free scan first (see any_outside); the loop that names the bad id on failure.
+  std::vector<uint64_t> top(F);
+  for (int64_t f = 0; f < F; ++f) top[f] = static_cast<uint64_t>(ts[f].rows) - 1;
+  uint64_t acc = 0;
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t f = 0; f < F; ++f) bad |= static_cast<uint64_t>(p[b * F + f]) >= limit[f];
-  if (!bad) return;
+    for (int64_t f = 0; f < F; ++f) {
+      const uint64_t u = static_cast<uint64_t>(p[b * F + f]);
+      acc |= u | (top[f] - u);
+    }
+  if (!(acc >> 63)) return;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t f = 0; f < F; ++f) {
       const int64_t id = p[b * F + f];
@@ -151,6 +171,9 @@ void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* wha
   for (int64_t f = 0; f < F; ++f) {
     TORCH_CHECK_VALUE(nu[f] >= 0 && nu[f] <= B, w, ": table ", f, " has ", nu[f],
                       " unique rows for ", B, " samples");
+    if (!variant().outside(rows + f * B, nu[f], 0, ts[f].rows) &&
+        !any_outside(slots + f * B, nu[f], -1, ts[f].sets * kWays))
+      continue;
     for (int64_t u = 0; u < nu[f]; ++u) {
       TORCH_CHECK_INDEX(rows[f * B + u] >= 0 && rows[f * B + u] < ts[f].rows, w, ": table ", f,
                         ": row ", rows[f * B + u], " out of range [0, ", ts[f].rows, ")");
@@ -193,14 +216,14 @@ void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
   TORCH_CHECK_VALUE(off[0] == 0, "offsets[0] must be 0, got ", off[0]);
   TORCH_CHECK_VALUE(off[nb - 1] == n, "offsets[-1] must equal the number of indices ", n,
                     ", got ", off[nb - 1]);
-  bool bad = false;
-  for (int64_t b = 0; b + 1 < nb; ++b) bad |= off[b] > off[b + 1];
+  // Offsets in [0, n] (so no step wraps) with non-negative steps are non-decreasing.
+  const Variant& v = variant();
+  bool bad = v.outside(off, nb, 0, n + 1) || v.descends(off, nb);
   for (int64_t b = 0; bad && b + 1 < nb; ++b)
     TORCH_CHECK_VALUE(off[b] <= off[b + 1], "offsets must be non-decreasing: offsets[", b,
                       "] = ", off[b], " > offsets[", b + 1, "] = ", off[b + 1]);
   const int64_t* ix = indices.data_ptr<int64_t>();
-  bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint64_t>(ix[i]) >= static_cast<uint64_t>(rows);
+  bad = v.outside(ix, n, 0, rows);
   for (int64_t i = 0; bad && i < n; ++i)
     TORCH_CHECK_INDEX(ix[i] >= 0 && ix[i] < rows, "indices[", i, "] = ", ix[i],
                       " out of range [0, ", rows, ")");

@@ -92,6 +92,8 @@ struct Variant {
                      float* out, int64_t out_stride);
   void (*interact)(const float* vectors, int64_t N, int64_t dim, int64_t b0, int64_t b1,
                    float* scratch, float* out, int64_t out_stride);
+  bool (*outside)(const int64_t* x, int64_t n, int64_t lo, int64_t hi);
+  bool (*descends)(const int64_t* off, int64_t nb);
 };
 
 // The variant in use: AVX-512 or AVX2 when the CPU has it, else portable; see simd_level.
