@@ -2,14 +2,19 @@
 
 The data module comes from ``--config`` files and overrides, as for LightningCLI's
 ``predict`` (``ssl-rec predict --config configs/ctr/synthetic.yaml --ckpt_path DIR --out
-pred.parquet``), or, without them, from the one recorded when the model was quantized. Its
-prediction split is read in file order and written batch by batch, one row per input row:
-``row_id`` (the row's position in the split) and ``probability``, to Parquet, or to CSV
-when ``--out`` ends in ``.csv``. The file appears complete or not at all.
+pred.parquet``); from ``--data.*`` overrides of the one recorded when the model was
+quantized (``ssl-rec predict --ckpt_path DIR --data.path new.csv --out pred.parquet``: as
+from a checkpoint, a single file is then scored whole); or, with neither, from the recorded
+one itself. The data is encoded with the model's vocabularies (kept in the directory), so
+new files get the trained ids. Its prediction split is read in file order and written
+batch by batch, one row per input row: ``row_id`` (the row's position in the split) and
+``probability``, to Parquet, or to CSV when ``--out`` ends in ``.csv``. The file appears
+complete or not at all.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +25,17 @@ import pyarrow.parquet as pq
 import pytorch_lightning as pl
 import torch
 
+from ssl_rec.cli.checkpoint_args import class_config
 from ssl_rec.cli.datamodules import recorded_datamodule
+from ssl_rec.cli.predict import predict_whole_files
 from ssl_rec.cli.quantize_commands import check_schema
-from ssl_rec.quantize import InferenceCTRModel, is_quantized_dir, load_quantized, read_manifest
+from ssl_rec.quantize import (
+    InferenceCTRModel,
+    is_quantized_dir,
+    load_quantized,
+    read_manifest,
+    read_vocabularies,
+)
 
 PREDICTION_SCHEMA = pa.schema([("row_id", pa.int64()), ("probability", pa.float32())])
 
@@ -67,16 +80,39 @@ def predict_main(argv: Sequence[str]) -> Path:
 
 
 def _datamodule(args: list[str], directory: str) -> pl.LightningDataModule:
+    """The prediction data, encoded with the model's vocabularies when the directory has them."""
+    recorded = read_manifest(directory).get("data")
     if not args:
-        return recorded_datamodule(read_manifest(directory).get("data"), directory)
-    if not any(a == "--config" or a.startswith("--config=") for a in args):
-        raise ValueError(
-            f"unexpected options {args[:4]}: give the data with --config CFG "
-            "(and overrides), or nothing to use the data the model recorded"
-        )
-    from ssl_rec.cli.main import instantiate  # the LightningCLI parser of `ssl-rec predict`
+        datamodule = recorded_datamodule(recorded, directory)
+    elif any(a == "--config" or a.startswith("--config=") for a in args):
+        from ssl_rec.cli.main import instantiate  # the LightningCLI parser of `ssl-rec predict`
 
-    return instantiate(args).datamodule
+        datamodule = instantiate(args).datamodule
+    else:
+        datamodule = _overridden(recorded, args, directory)
+    vocabularies = read_vocabularies(directory)
+    if vocabularies is not None and callable(getattr(datamodule, "use_vocabulary", None)):
+        datamodule.use_vocabulary(vocabularies)
+    return datamodule
+
+
+def _overridden(recorded: dict | None, args: list[str], directory: str) -> pl.LightningDataModule:
+    """The recorded data module with ``--data.*`` overrides applied (jsonargparse types them)."""
+    unexpected = [a for a in args if a.startswith("--") and not a.startswith("--data.")]
+    if unexpected:
+        raise ValueError(
+            f"unexpected options {unexpected[:4]}: give the data with --config CFG (and "
+            "overrides), --data.* overrides of the recorded data, or nothing to use it as is"
+        )
+    if not recorded or "_class_path" not in recorded:
+        recorded_datamodule(recorded, directory)  # raises: names what is missing
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="ssl-rec predict", exit_on_error=False)
+    parser.add_subclass_arguments(pl.LightningDataModule, "data")
+    config = parser.parse_args([f"--data={json.dumps(class_config(recorded))}", *args])
+    predict_whole_files(config)  # a new single file is scored whole, as from a checkpoint
+    return parser.instantiate(config).data
 
 
 def write_predictions(model: InferenceCTRModel, batches: object, out: str) -> Path:

@@ -168,7 +168,8 @@ def quantize(
         "source": {"checkpoint": str(ckpt)},
         "data": read_checkpoint(ckpt).get("datamodule_hyper_parameters"),
     }
-    save_quantized(model, out, report, extra, overwrite=overwrite)
+    vocabularies = getattr(module, "vocabulary", None)
+    save_quantized(model, out, report, extra, overwrite=overwrite, vocabularies=vocabularies)
     print(summarize(report, out))
     return report
 

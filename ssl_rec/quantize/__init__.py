@@ -11,6 +11,7 @@ from ssl_rec.quantize.artifact import (
     load_quantized,
     read_manifest,
     read_report,
+    read_vocabularies,
     save_quantized,
 )
 from ssl_rec.quantize.dense import DENSE_PRECISIONS, PrecisionLayer, convert_layer, dense_layers
@@ -60,6 +61,7 @@ __all__ = [
     "quantize_ctr",
     "read_manifest",
     "read_report",
+    "read_vocabularies",
     "save_quantized",
     "search_plan",
     "summary",

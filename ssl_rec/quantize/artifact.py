@@ -7,6 +7,8 @@ Layout::
     DIR/model.pt        table stores and dense state (``torch.load(weights_only=True)``)
     DIR/report.json     the quantization report
     DIR/vocab/          raw value of every id of every field, when the data has them
+    DIR/vocabulary.arrow  the trained model's vocabularies (:class:`Vocabularies`), which
+                        encode new data for it (absent when the model had none)
 
 The directory is written to a temporary sibling and renamed into place, so an interrupted
 write leaves nothing at ``DIR`` that :func:`load_quantized` would read.
@@ -30,6 +32,7 @@ from ssl_rec.quantize.model import Architecture, InferenceCTRModel, load_dense_s
 from ssl_rec.quantize.plan import QuantizationPlan
 from ssl_rec.quantize.tables import QuantizedTables
 from ssl_rec.schema import FeatureSchema
+from ssl_rec.vocabularies import Vocabularies
 
 __all__ = [
     "MANIFEST_FILENAME",
@@ -39,6 +42,7 @@ __all__ = [
     "load_quantized",
     "read_manifest",
     "read_report",
+    "read_vocabularies",
     "save_quantized",
 ]
 
@@ -46,6 +50,7 @@ MANIFEST_FILENAME = "manifest.json"
 MODEL_FILENAME = "model.pt"
 REPORT_FILENAME = "report.json"
 VOCAB_DIRNAME = "vocab"
+VOCABULARY_FILENAME = "vocabulary.arrow"
 KIND = "ssl_rec.quantized_ctr"
 FORMAT = 1
 
@@ -56,6 +61,7 @@ def save_quantized(
     report: Mapping[str, Any],
     extra: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    vocabularies: Vocabularies | None = None,
 ) -> Path:
     """Write ``model`` and its ``report`` as a quantized model directory.
 
@@ -66,6 +72,8 @@ def save_quantized(
         extra: more JSON-able manifest entries (``source`` checkpoint, ``data`` module
             hyperparameters, ...).
         overwrite: replace an existing ``out``.
+        vocabularies: the trained model's vocabularies, kept so that new data is encoded
+            with them (:func:`read_vocabularies`).
 
     Returns:
         The directory path.
@@ -95,6 +103,8 @@ def save_quantized(
         state = {"tables": model.tables.state_dict(), "dense": model.dense.state_dict()}
         torch.save(state, tmp / MODEL_FILENAME)
         atomic_write_json(tmp / REPORT_FILENAME, dict(report))
+        if vocabularies is not None:
+            vocabularies.save(tmp / VOCABULARY_FILENAME)
     return out
 
 
@@ -123,6 +133,12 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"(this version reads {FORMAT})"
         )
     return manifest
+
+
+def read_vocabularies(path: str | os.PathLike[str]) -> Vocabularies | None:
+    """The vocabularies saved in a quantized model directory (``None`` when it has none)."""
+    file = Path(path) / VOCABULARY_FILENAME
+    return Vocabularies.load(file) if file.is_file() else None
 
 
 def read_report(path: str | os.PathLike[str]) -> dict[str, Any]:
