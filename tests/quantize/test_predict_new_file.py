@@ -58,7 +58,8 @@ def test_a_new_file_is_scored_whole_with_the_trained_ids(trained):
     main(["predict", "--ckpt_path", str(out), "--data.path", str(new), "--out", str(quantized)])
     checkpoint = root / "checkpoint.parquet"
     main(["predict", "--ckpt_path", str(ckpt), "--data.path", str(new),
-          "--predictions.out", str(checkpoint), *QUIET])  # fmt: skip
+          "--predictions.out", str(checkpoint), "--trainer.default_root_dir",
+          str(root / "predict"), *QUIET])  # fmt: skip
     ours, theirs = pq.read_table(quantized), pq.read_table(checkpoint)
     assert ours.column("row_id").to_pylist() == list(range(400))
     assert theirs.column("row").to_pylist() == list(range(400))
