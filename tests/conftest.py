@@ -1,11 +1,15 @@
-"""Shared pytest setup: offline W&B/HF, per-session caches, the slow marker, and the
-``threads`` / ``simd`` fixtures that rerun a kernel test per thread count and SIMD variant."""
+"""Shared pytest setup: offline W&B/HF, per-session caches, the slow marker, the
+``threads`` / ``simd`` fixtures that rerun a kernel test per thread count and SIMD variant,
+and ``write_clicks``, a small click-log CSV of the kind users bring."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,6 +54,27 @@ def simd(request: pytest.FixtureRequest):
     previous = ext.set_simd_level(level)
     yield request.param
     ext.set_simd_level(previous)
+
+
+def _write_clicks(path: Path, n: int = 3000, users: int = 40, seed: int = 0) -> None:
+    """``clicked,price,user,item`` rows: even users click more, and less at higher prices;
+    items follow the user's group."""
+    rng = np.random.default_rng(seed)
+    user = rng.integers(0, users, n)
+    item = (user // 4 * 7 + rng.integers(0, 3, n)) % 50
+    price = rng.gamma(2.0, 3.0, n).round(2)
+    p = 1 / (1 + np.exp(-(np.where(user % 2 == 0, 1.5, -1.5) - 0.05 * price)))
+    clicked = (rng.random(n) < p).astype(int)
+    rows = ["clicked,price,user,item"] + [
+        f"{c},{pr},u{u},i{it}" for c, pr, u, it in zip(clicked, price, user, item, strict=True)
+    ]
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture(scope="session")
+def write_clicks() -> Callable[..., None]:
+    """``write_clicks(path, n=3000, users=40, seed=0)`` writes a click-log CSV."""
+    return _write_clicks
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -7,7 +7,6 @@ import re
 import shlex
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ssl_rec.cli import main
@@ -25,25 +24,13 @@ def readme_commands(section: str) -> list[list[str]]:
     return [shlex.split(line)[1:] for line in lines]
 
 
-def write_clicks_csv(path: Path, n: int = 3000, seed: int = 0) -> None:
-    """Clicks that depend on the user's group and the price; items follow the user group."""
-    rng = np.random.default_rng(seed)
-    user = rng.integers(0, 40, n)
-    item = (user // 4 * 7 + rng.integers(0, 3, n)) % 50
-    price = rng.gamma(2.0, 3.0, n).round(2)
-    p = 1 / (1 + np.exp(-(np.where(user % 2 == 0, 1.5, -1.5) - 0.05 * price)))
-    clicked = (rng.random(n) < p).astype(int)
-    rows = ["clicked,price,user,item"] + [
-        f"{c},{pr},u{u},i{it}" for c, pr, u, it in zip(clicked, price, user, item, strict=True)
-    ]
-    path.write_text("\n".join(rows) + "\n")
-
-
-def test_own_data_section_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_own_data_section_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_clicks
+) -> None:
     commands = readme_commands("Your own data")
     assert [c[0] for c in commands] == ["fit", "test", "fit", "fit"]
     (tmp_path / "configs").symlink_to(ROOT / "configs")
-    write_clicks_csv(tmp_path / "clicks.csv")
+    write_clicks(tmp_path / "clicks.csv")
     monkeypatch.chdir(tmp_path)
     quiet = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
     for argv in commands:

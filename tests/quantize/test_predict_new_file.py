@@ -1,7 +1,5 @@
 """`ssl-rec predict --ckpt_path QUANTIZED_DIR --data.path NEW_FILE`: new files, trained ids."""
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -14,24 +12,10 @@ COLUMNS = ["--data.label", "clicked", "--data.dense", "[price]",
            "--data.categorical", "[user,item]"]  # fmt: skip
 
 
-def _write_clicks(path: Path, n: int, users: int, seed: int) -> None:
-    """Clicks that follow the user's parity and the price."""
-    rng = np.random.default_rng(seed)
-    user = rng.integers(0, users, n)
-    item = rng.integers(0, 30, n)
-    price = rng.gamma(2.0, 3.0, n).round(2)
-    p = 1 / (1 + np.exp(-(np.where(user % 2 == 0, 1.5, -1.5) - 0.05 * price)))
-    clicked = (rng.random(n) < p).astype(int)
-    rows = ["clicked,price,user,item"] + [
-        f"{c},{pr},u{u},i{i}" for c, pr, u, i in zip(clicked, price, user, item, strict=True)
-    ]
-    path.write_text("\n".join(rows) + "\n")
-
-
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, write_clicks):
     root = tmp_path_factory.mktemp("own")
-    _write_clicks(root / "clicks.csv", 4000, users=60, seed=0)
+    write_clicks(root / "clicks.csv", 4000, users=60, seed=0)
     main(["fit", "--config", "configs/ctr/tabular.yaml", "--data.path", str(root / "clicks.csv"),
           *COLUMNS, "--data.batch_size", "128", "--trainer.max_epochs", "3",
           "--trainer.default_root_dir", str(root / "run"),
@@ -49,11 +33,11 @@ def test_directory_keeps_the_models_vocabularies(trained):
     assert vocabularies["user"].cardinality == 61  # 60 users and the reserved id 0
 
 
-def test_a_new_file_is_scored_whole_with_the_trained_ids(trained):
+def test_a_new_file_is_scored_whole_with_the_trained_ids(trained, write_clicks):
     root, ckpt, out = trained
     # 400 rows over the first 20 users only: a vocabulary fitted on this file would differ.
     new = root / "new.csv"
-    _write_clicks(new, 400, users=20, seed=1)
+    write_clicks(new, 400, users=20, seed=1)
     quantized = root / "quantized.parquet"
     main(["predict", "--ckpt_path", str(out), "--data.path", str(new), "--out", str(quantized)])
     checkpoint = root / "checkpoint.parquet"
