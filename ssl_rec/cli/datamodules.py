@@ -26,10 +26,24 @@ def datamodule_from(
     """
     if data is None:
         data = recorded_datamodule(read_checkpoint(ckpt).get(DM_HPARAMS), ckpt, use_labels)
-    vocabulary = getattr(module, "vocabulary", None)
+    return encoded_with(data, getattr(module, "vocabulary", None))
+
+
+def encoded_with(data: pl.LightningDataModule, vocabulary: Any) -> pl.LightningDataModule:
+    """``data``, set to encode its rows with a trained model's ``vocabulary`` when it can."""
     if vocabulary is not None and callable(getattr(data, "use_vocabulary", None)):
         data.use_vocabulary(vocabulary)
     return data
+
+
+def check_recorded(hparams: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """``hparams`` when they record a data module (``ValueError`` naming ``where`` if not)."""
+    if not hparams or "_class_path" not in hparams:
+        raise ValueError(
+            f"{where}: records no data module; pass --data (e.g. "
+            "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
+        )
+    return hparams
 
 
 def recorded_datamodule(
@@ -41,12 +55,7 @@ def recorded_datamodule(
         ValueError: naming ``where`` when nothing usable was recorded.
 
     """
-    if not hparams or "_class_path" not in hparams:
-        raise ValueError(
-            f"{where}: records no data module; pass --data (e.g. "
-            "--data.class_path ssl_rec.data.SyntheticCTRDataModule)"
-        )
-    hparams = dict(hparams)
+    hparams = dict(check_recorded(hparams, where))
     if use_labels is not None and "use_labels" in hparams:
         hparams["use_labels"] = use_labels
     return instantiate_module(pl.LightningDataModule, hparams)

@@ -20,6 +20,7 @@ from ssl_rec.cli.checkpoint_args import (
     option_value,
     vocabulary_source,
 )
+from ssl_rec.cli.datamodules import encoded_with
 from ssl_rec.cli.environment import wandb_offline
 from ssl_rec.cli.predict import predict_whole_files
 from ssl_rec.cli.run_dir import check_fresh_run
@@ -79,9 +80,7 @@ class SSLRecCLI(LightningCLI):
             raise
 
     def _data_schema(self, datamodule: Any) -> dict:
-        if self._vocabulary is not None and callable(getattr(datamodule, "use_vocabulary", None)):
-            datamodule.use_vocabulary(self._vocabulary)
-        return _schema_dict(datamodule.schema)
+        return _schema_dict(encoded_with(datamodule, self._vocabulary).schema)
 
     def before_instantiate_classes(self) -> None:
         """Check the run directory, pick the data's vocabulary and the run's output paths.

@@ -26,7 +26,7 @@ import pytorch_lightning as pl
 import torch
 
 from ssl_rec.cli.checkpoint_args import class_config
-from ssl_rec.cli.datamodules import recorded_datamodule
+from ssl_rec.cli.datamodules import check_recorded, encoded_with, recorded_datamodule
 from ssl_rec.cli.predict import predict_whole_files
 from ssl_rec.cli.quantize_commands import check_schema
 from ssl_rec.quantize import (
@@ -90,10 +90,7 @@ def _datamodule(args: list[str], directory: str) -> pl.LightningDataModule:
         datamodule = instantiate(args).datamodule
     else:
         datamodule = _overridden(recorded, args, directory)
-    vocabularies = read_vocabularies(directory)
-    if vocabularies is not None and callable(getattr(datamodule, "use_vocabulary", None)):
-        datamodule.use_vocabulary(vocabularies)
-    return datamodule
+    return encoded_with(datamodule, read_vocabularies(directory))
 
 
 def _overridden(recorded: dict | None, args: list[str], directory: str) -> pl.LightningDataModule:
@@ -104,8 +101,7 @@ def _overridden(recorded: dict | None, args: list[str], directory: str) -> pl.Li
             f"unexpected options {unexpected[:4]}: give the data with --config CFG (and "
             "overrides), --data.* overrides of the recorded data, or nothing to use it as is"
         )
-    if not recorded or "_class_path" not in recorded:
-        recorded_datamodule(recorded, directory)  # raises: names what is missing
+    recorded = check_recorded(recorded, directory)
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(prog="ssl-rec predict", exit_on_error=False)
