@@ -1,7 +1,6 @@
 // Validation of every kernel input: dtypes, shapes, layouts, id and offset ranges. The
 // kernels trust nothing they did not check here.
 #include <string>
-#include <type_traits>
 
 #include "ops.h"
 
@@ -25,22 +24,6 @@ void expect(const at::Tensor& x, at::ScalarType dtype, int64_t dims, const std::
 void expect_shape(const at::Tensor& x, at::IntArrayRef shape, const std::string& what) {
   TORCH_CHECK_VALUE(x.sizes() == shape, what, " must have shape ", shape, ", got ",
                     shape_of(x));
-}
-
-// Whether some x[i] lies outside [lo, hi) (hi - lo <= 2^(bits - 1)). With u = x - lo and
-// top = hi - lo - 1 as unsigned, u | (top - u) has its sign bit set exactly when u > top
-// (wrapped), so one OR-reduction without branches decides it and vectorizes on any x86-64;
-// the callers' loops that name the bad value run only when it says so.
-template <typename T>
-bool any_outside(const T* x, int64_t n, int64_t lo, int64_t hi) {
-  using U = std::make_unsigned_t<T>;
-  const U first = static_cast<U>(lo), top = static_cast<U>(hi - lo - 1);
-  U acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const U u = static_cast<U>(static_cast<U>(x[i]) - first);
-    acc |= u | static_cast<U>(top - u);
-  }
-  return n > 0 && ((acc >> (8 * sizeof(U) - 1)) != 0 || hi <= lo);
 }
 
 at::ScalarType store_dtype(int64_t kind) {
@@ -134,7 +117,8 @@ void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts) {
   const int64_t* p = ids.data_ptr<int64_t>();
   const int64_t B = ids.size(0);
   if (F == 0) return;
-  // A branch-free scan first (see any_outside); the loop that names the bad id on failure.
+  // A branch-free scan first (the trick of scan_ops.h's outside, one limit per table);
+  // the loop that names the bad id only on failure.
   std::vector<uint64_t> top(F);
   for (int64_t f = 0; f < F; ++f) top[f] = static_cast<uint64_t>(ts[f].rows) - 1;
   uint64_t acc = 0;
@@ -171,9 +155,12 @@ void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* wha
   for (int64_t f = 0; f < F; ++f) {
     TORCH_CHECK_VALUE(nu[f] >= 0 && nu[f] <= B, w, ": table ", f, " has ", nu[f],
                       " unique rows for ", B, " samples");
-    if (!variant().outside(rows + f * B, nu[f], 0, ts[f].rows) &&
-        !any_outside(slots + f * B, nu[f], -1, ts[f].sets * kWays))
-      continue;
+    // Slots in [-1, sets * ways): slot + 1 below sets * ways + 1, compared unsigned.
+    const uint32_t slot_end = static_cast<uint32_t>(ts[f].sets * kWays + 1);
+    bool bad_slot = false;
+    for (int64_t u = 0; u < nu[f]; ++u)
+      bad_slot |= static_cast<uint32_t>(slots[f * B + u]) + 1u >= slot_end;
+    if (!bad_slot && !variant().outside(rows + f * B, nu[f], 0, ts[f].rows)) continue;
     for (int64_t u = 0; u < nu[f]; ++u) {
       TORCH_CHECK_INDEX(rows[f * B + u] >= 0 && rows[f * B + u] < ts[f].rows, w, ": table ", f,
                         ": row ", rows[f * B + u], " out of range [0, ", ts[f].rows, ")");

@@ -33,6 +33,7 @@ namespace portable {
 #define SSL_LEVEL 0
 #include "row_ops.h"
 #include "bag_ops.h"
+#include "scan_ops.h"
 #include "table_ops.h"
 #include "serve_ops.h"
 #undef SSL_LEVEL
@@ -50,6 +51,7 @@ namespace avx2 {
 #define SSL_LEVEL 1
 #include "row_ops.h"
 #include "bag_ops.h"
+#include "scan_ops.h"
 #include "table_ops.h"
 #include "serve_ops.h"
 #undef SSL_LEVEL
@@ -67,6 +69,7 @@ namespace avx512 {
 #define SSL_LEVEL 2
 #include "row_ops.h"
 #include "bag_ops.h"
+#include "scan_ops.h"
 #include "table_ops.h"
 #include "serve_ops.h"
 #undef SSL_LEVEL
