@@ -144,7 +144,7 @@ class EmbeddingTable(nn.Module):
         self.cache.tags.fill_(-1)
 
     def meta_row(self) -> list[int]:
-        """This table's row of the kernels' ``int64[T, 9]`` metadata (``layout.META_*``)."""
+        """This table's row of the kernels' ``int64[T, 10]`` metadata (``layout.META_*``)."""
         return [
             self.spec.precision.code,
             POLICY_CODES[self.spec.cache_policy],
@@ -155,6 +155,7 @@ class EmbeddingTable(nn.Module):
             self.num_rows,
             self.dim,
             self.row_stride,
+            self.spec.admission_count,
         ]
 
     def store_rows(self, rows: torch.Tensor) -> torch.Tensor:

@@ -61,9 +61,11 @@ def test_sharded_training_matches_one_process_with_the_same_global_batch() -> No
         if run["comms"] == "fp32":
             gap = max(abs(a - b) for a, b in zip(run["losses"], losses, strict=True))
             # The tables train bit for bit (tests/distributed/test_layout.py); the loss gap is
-            # the dense all-reduce's rounding over 50 steps: 1.1e-6 with the row-at-a-time
-            # kernels, 1.9e-5 with the batch-level admission kernels.
-            assert gap <= 5e-5, f"{run['tables']} {run['sharding']}: loss gap {gap}"
+            # the dense all-reduce's rounding over 50 steps (6e-8 with FP32 tables), which a
+            # stochastically rounded store write can turn into a whole quantization level:
+            # 1.9e-5 when every miss entered the FP32 cache, 9.3e-5 with admission count 2
+            # (rows seen once are updated in the INT8 store).
+            assert gap <= 2e-4, f"{run['tables']} {run['sharding']}: loss gap {gap}"
         else:
             assert abs(run["auc"] - auc) <= 5e-4, (
                 f"{run['comms']} comms move AUC {auc} -> {run['auc']}"

@@ -21,11 +21,36 @@ def test_lfu_beats_lru_on_zipf_with_scans(monkeypatch, kernels):
     stream = _zipf_with_scans(20_000, 20_000, seed=0)
     rates = {}
     for policy in ("lru", "lfu"):
-        emb = MixedPrecisionEmbedding(20_000, 8, TableSpec("int8", 0.01, policy), seed=0).train()
+        spec = TableSpec("int8", 0.01, policy, admission_count=1)
+        emb = MixedPrecisionEmbedding(20_000, 8, spec, seed=0).train()
         for chunk in stream.split(200):
             emb(chunk).sum().backward()
         rates[policy] = emb.cache_stats()["hit_rate"]
     assert rates["lfu"] >= rates["lru"] > 0.2, rates
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_admission_count_keeps_one_off_rows_out(policy):
+    """Rows seen once in a batch stay in the store: fewer evictions, a higher hit rate."""
+    stream = _zipf_with_scans(20_000, 20_000, seed=0)
+    stats = {}
+    for count in (1, 2):
+        spec = TableSpec("int8", 0.01, policy, admission_count=count)
+        emb = MixedPrecisionEmbedding(20_000, 8, spec, seed=0).train()
+        for chunk in stream.split(200):
+            emb(chunk).sum().backward()
+        stats[count] = emb.cache_stats()
+    assert stats[2]["hit_rate"] > stats[1]["hit_rate"], stats
+    assert stats[2]["evictions"] < stats[1]["evictions"] / 2, stats
+
+
+def test_admission_count_admits_into_empty_ways_and_repeated_rows():
+    emb = MixedPrecisionEmbedding(10_000, 8, TableSpec("int8", 0.1, admission_count=3)).train()
+    once = torch.arange(0, 10_000, 37)[:200]  # 200 rows over all 125 sets: empty ways
+    emb(once).sum().backward()
+    assert emb.cache_stats()["misses"] == 200
+    emb(once).sum().backward()  # all cached though each was seen once
+    assert emb.cache_stats()["hits"] == 200
 
 
 def test_lru_keeps_a_recent_working_set():
@@ -96,3 +121,14 @@ def test_geometry_splits_into_whole_sets_for_power_of_two_shards(rows):
         multiple *= 2
     assert sets % multiple == 0 and raw - multiple < sets <= raw
     assert (raw - sets) <= raw / 8
+
+
+def test_admission_count_decides_misses_once_the_set_is_full():
+    # 100 rows, 10% cache: one set of 8 ways; rows 0..7 fill it (empty ways admit anyone).
+    emb = MixedPrecisionEmbedding(100, 8, TableSpec("int8", 0.1, admission_count=2)).train()
+    emb(torch.arange(8)).sum().backward()
+    emb(torch.tensor([50, 60, 60])).sum().backward()  # 50 once: stays out; 60 twice: enters
+    before = emb.cache_stats()
+    emb(torch.tensor([50, 60])).sum().backward()
+    after = emb.cache_stats()
+    assert after["misses"] - before["misses"] == 1 and after["hits"] - before["hits"] == 1

@@ -11,7 +11,7 @@ from ssl_rec.hardware import (
 )
 from ssl_rec.hardware.kernels import reference
 from ssl_rec.hardware.kernels.dispatch import CompiledKernels, load_compiled
-from ssl_rec.hardware.kernels.layout import Plan
+from ssl_rec.hardware.kernels.layout import META_ADMISSION, Plan
 
 
 @pytest.fixture(params=["reference", "compiled"])
@@ -134,6 +134,11 @@ def test_table_kernels_refuse_inconsistent_tables(kernels):
     meta[0, 0] = 99
     with pytest.raises(ValueError, match="unknown format"):
         kernels.forward(t._replace(meta=meta), _ids())
+    for count in (0, -3, 1 << 31):
+        meta = t.meta.clone()
+        meta[1, META_ADMISSION] = count
+        with pytest.raises(ValueError, match="table 1: admission count"):
+            kernels.admit(t._replace(meta=meta), _ids(), 0, 0)
     with pytest.raises(ValueError, match="store"):
         kernels.forward(t._replace(stores=[t.stores[0][:5], t.stores[1]]), _ids())
     with pytest.raises(ValueError, match="momentum"):

@@ -12,8 +12,8 @@ from ssl_rec.hardware.kernels.dispatch import CompiledKernels, load_compiled
 
 CARDS = [50, 30, 200, 7, 64, 40, 90, 3]
 SPECS = [
-    TableSpec("int8", 0.2),
-    TableSpec("int4", 0.3, "lfu"),
+    TableSpec("int8", 0.2, admission_count=1),
+    TableSpec("int4", 0.3, "lfu", admission_count=3),
     TableSpec("int2", 0.1, optimizer="sgd"),
     TableSpec("fp16", 0.5),
     TableSpec("bf16", 0.2, "lfu", stochastic_rounding=False),
@@ -83,7 +83,7 @@ def test_rows_with_zero_gradient_are_not_rewritten(compiled):
 
 
 def test_full_sets_leave_rows_uncached_and_lock_pending_rows(compiled):
-    spec = TableSpec("int8", 8 / 64, optimizer="sgd")  # one set of 8 ways
+    spec = TableSpec("int8", 8 / 64, optimizer="sgd", admission_count=1)  # one set of 8 ways
     emb = MixedPrecisionEmbeddingCollection([64], 8, spec, seed=0)
     t = emb.group.tensors()
     first = compiled.admit(t, torch.arange(12).reshape(12, 1), 0, 0)

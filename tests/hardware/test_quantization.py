@@ -90,6 +90,9 @@ def test_half_directed_rounding():
         dict(optimizer="adam"),
         dict(learning_rate=0.0),
         dict(eps=-1.0),
+        dict(admission_count=0),
+        dict(admission_count=2.5),
+        dict(admission_count=True),
     ],
 )
 def test_table_spec_rejects_bad_values(kwargs):

@@ -11,6 +11,8 @@ import torch
 
 from ssl_rec.hardware.kernels.layout import (
     CACHE_WAYS,
+    MAX_ADMISSION,
+    META_ADMISSION,
     META_COLUMNS,
     META_DIM,
     META_KIND,
@@ -52,6 +54,11 @@ def _check_table(t: TableTensors, f: int) -> tuple[int, int]:
         raise ValueError(f"{name}unknown format {kind}")
     if policy not in (0, 1) or opt not in (0, 1):
         raise ValueError(f"{name}unknown policy {policy} or optimizer {opt}")
+    if not 1 <= int(t.meta[f, META_ADMISSION]) <= MAX_ADMISSION:
+        raise ValueError(
+            f"{name}admission count must be in [1, {MAX_ADMISSION}], "
+            f"got {int(t.meta[f, META_ADMISSION])}"
+        )
     if rows <= 0 or not 0 < dim <= MAX_DIM:
         raise ValueError(f"{name}rows must be > 0 and dim in [1, {MAX_DIM}], got {rows}, {dim}")
     p = Precision.from_code(kind)

@@ -1,7 +1,7 @@
 """Per-table metadata shared by the reference and compiled kernels.
 
 Every kernel receives the tables as parallel lists (store, cache rows, cache tags, ...) and
-one ``int64[T, 9]`` metadata matrix whose columns are named here, so both implementations
+one ``int64[T, 10]`` metadata matrix whose columns are named here, so both implementations
 read the same layout.
 """
 
@@ -20,7 +20,9 @@ META_ROW_OFFSET = 5
 META_ROWS = 6
 META_DIM = 7
 META_ROW_STRIDE = 8  # global row = row_offset + local row * row_stride
-META_COLUMNS = 9
+META_ADMISSION = 9  # a missed row is admitted at this many samples in its batch (>= 1)
+META_COLUMNS = 10
+MAX_ADMISSION = 1 << 30  # samples of a row in a batch are counted in int32
 
 POLICY_CODES: dict[str, int] = {"lru": 0, "lfu": 1}
 OPTIMIZER_CODES: dict[str, int] = {"sgd": 0, "rowwise_adagrad": 1}
@@ -41,7 +43,7 @@ class TableTensors(NamedTuple):
         cache_state: T uint8 tensors: [S, 1] pseudo-LRU tree bits or [S, W] LFU counters.
         stats: T int64[4]: hits, misses, evictions, store writes.
         momentum: T float32[R] row-wise Adagrad state (or [0] for SGD).
-        meta: int64[T, 9], columns ``META_*``.
+        meta: int64[T, 10], columns ``META_*``.
         hparams: float32[T, 2]: learning rate, eps.
 
     """
@@ -89,6 +91,7 @@ def uncached_tables(stores: list[torch.Tensor], codes: list[int], dim: int) -> T
     meta[:, META_ROWS] = torch.tensor([len(s) for s in stores], dtype=torch.int64)
     meta[:, META_DIM] = dim
     meta[:, META_ROW_STRIDE] = 1
+    meta[:, META_ADMISSION] = 1
     return TableTensors(
         stores=list(stores),
         cache_rows=[torch.zeros(0, dim)] * t,

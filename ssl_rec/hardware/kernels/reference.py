@@ -24,6 +24,7 @@ from ssl_rec.hardware.kernels.checks import (
     check_tables,
 )
 from ssl_rec.hardware.kernels.layout import (
+    META_ADMISSION,
     META_DIM,
     META_KIND,
     META_OPTIMIZER,
@@ -132,9 +133,9 @@ def _admit_table(t: TableTensors, i: int, col, seed: int, step: int, locks, plan
     if t.cache_tags[i].shape[0] == 0:
         return
     lock_slots = [p.slots[i, : int(p.num_unique[i])] for p in locks]
-    policy = int(t.meta[i, META_POLICY])
+    policy, admission = int(t.meta[i, META_POLICY]), int(t.meta[i, META_ADMISSION])
     slots, evicts, loads, counters = assign_slots(
-        t.cache_tags[i], t.cache_state[i], policy, rows, counts, lock_slots
+        t.cache_tags[i], t.cache_state[i], policy, rows, counts, lock_slots, admission
     )
     plan.slots[i, :u] = slots
     t.stats[i][:3] += torch.tensor(counters)

@@ -87,6 +87,7 @@ def assign_slots(
     rows: torch.Tensor,
     counts: torch.Tensor,
     lock_slots: Sequence[torch.Tensor],
+    admission: int = 1,
 ) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[int, int]], list[int]]:
     """Slots for one table's unique rows; updates ``tags`` and ``state`` in place.
 
@@ -97,6 +98,8 @@ def assign_slots(
         rows: int64[U] unique rows in first-occurrence order.
         counts: int64[U] samples of each row in the batch.
         lock_slots: int32 slots of rows of pending plans (-1 entries ignored).
+        admission: A missed row with fewer samples than this stays uncached unless the way
+            it would take is empty.
 
     Returns:
         int32[U] slots (-1: uncached), the evictions ``(slot, old row)``, the admissions
@@ -121,7 +124,7 @@ def assign_slots(
             continue
         s = row % num_sets
         way = _victim(all_tags[s], state, policy, s, locked.get(s, 0))
-        if way < 0:
+        if way < 0 or (int(counts[u]) < admission and all_tags[s][way] != EMPTY_TAG):
             slots[u], misses = -1, misses + int(counts[u])
             continue
         misses, hits = misses + 1, hits + int(counts[u]) - 1

@@ -1,8 +1,10 @@
 // Cache admission of a batch, FBGEMM-style: the ids of each table are deduplicated once, all
 // unique rows are looked up in the cache (hits touched and locked), then the misses take
 // the least recently / frequently used way of their set that no row of this batch (or of
-// a batch still waiting for its backward) holds; a miss whose set has no such way stays
-// uncached for this batch. Then one pass over the list of admissions, known in full, writes
+// a batch still waiting for its backward) holds. A miss whose set has no such way stays
+// uncached for this batch, and so does one with fewer samples in the batch than the
+// table's admission count unless that way is empty: a row seen once is read and updated in
+// the store instead of evicting a row that may be hot. Then one pass over the list of admissions, known in full, writes
 // each victim back (stochastic rounding) and loads the new row, its DRAM accesses requested
 // ahead so their latencies overlap.
 // Mirrors kernels/reference.py's admit operation by operation.
@@ -138,7 +140,7 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
     if (slots[u] != -2) continue;
     const int64_t row = urows[u], s = t.set_of(row);
     const int way = victim(t, s, lock[s]);
-    if (way < 0) {
+    if (way < 0 || (counts[u] < t.admission && t.tags[s * kWays + way] != -1)) {
       a.misses += counts[u];
       slots[u] = -1;
       continue;

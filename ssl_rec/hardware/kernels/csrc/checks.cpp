@@ -42,10 +42,13 @@ TableView view_of(const Tables& t, int64_t f) {
   TORCH_CHECK_VALUE(m[kOptimizer] == 0 || m[kOptimizer] == 1, name, "unknown optimizer ",
                     m[kOptimizer]);
   TORCH_CHECK_VALUE(m[kRows] > 0, name, "rows must be > 0, got ", m[kRows]);
+  TORCH_CHECK_VALUE(m[kAdmission] >= 1 && m[kAdmission] <= kMaxAdmission, name,
+                    "admission count must be in [1, ", kMaxAdmission, "], got ", m[kAdmission]);
   TORCH_CHECK_VALUE(m[kDim] > 0 && m[kDim] <= kMaxDim, name, "dim must be in [1, ", kMaxDim,
                     "], got ", m[kDim]);
   v.kind = static_cast<int>(m[kKind]);
   v.policy = static_cast<int>(m[kPolicy]);
+  v.admission = static_cast<int32_t>(m[kAdmission]);
   v.optimizer = static_cast<int>(m[kOptimizer]);
   v.sr = m[kStochastic] != 0;
   v.stream = m[kStream];

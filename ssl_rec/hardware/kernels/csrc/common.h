@@ -20,11 +20,13 @@ constexpr int64_t kInteractScratch = 8;
 constexpr int64_t kServeChunkBytes = 128 * 1024;
 // Numbered as ssl_rec.hardware.precision.Precision.code (a test checks both sides agree).
 enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5, kNumKinds = 6 };
-// Column order of the int64[T, 9] table metadata (ssl_rec.hardware.kernels.layout.META_*).
+// Column order of the int64[T, 10] table metadata (ssl_rec.hardware.kernels.layout.META_*).
 enum Meta {
   kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim, kRowStride,
-  kMetaColumns
+  kAdmission, kMetaColumns
 };
+// Largest admission count: a batch's samples of one row are counted in int32.
+constexpr int64_t kMaxAdmission = 1 << 30;
 enum Purpose { kPurposeUpdate = 0, kPurposeEvict = 1 };
 
 inline uint32_t mix32(uint32_t x) {

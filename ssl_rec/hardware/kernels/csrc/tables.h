@@ -12,6 +12,7 @@ struct TableView {
   uint8_t* store = nullptr;
   int64_t rbytes = 0, rows = 0, dim = 0, offset = 0, stride = 1, stream = 0;
   int kind = 0, policy = 0, optimizer = 0;
+  int32_t admission = 1;  // samples of a missed row in its batch that admit it
   bool sr = false;
   float* cache = nullptr;
   int16_t* tags = nullptr;
