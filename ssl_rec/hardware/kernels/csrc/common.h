@@ -68,29 +68,6 @@ inline uint16_t half_step(uint16_t bits, bool up) {
   mag = inc ? mag + 1 : mag - 1;
   return (neg ? 0x8000 : 0) | mag;
 }
-inline float half_round_down(float x) {
-  uint16_t b = f2h(x);
-  if (h2f(b) > x) b = half_step(b, false);
-  return h2f(b);
-}
-inline float half_round_up(float x) {
-  uint16_t b = f2h(x);
-  if (h2f(b) < x) b = half_step(b, true);
-  return h2f(b);
-}
-inline uint16_t sr_half(float x, float u) {
-  const uint16_t b = f2h(x);
-  const float near = h2f(b);
-  if (near == x) return b;
-  const bool above = near > x;
-  const uint16_t ob = half_step(b, !above);
-  const float other = h2f(ob);
-  const float lo = above ? other : near, hi = above ? near : other;
-  const float p = (x - lo) / (hi - lo);
-  const bool take_hi = u < p;
-  return take_hi ? (above ? b : ob) : (above ? ob : b);
-}
-
 inline bool is_int_kind(int64_t kind) { return kind >= kInt8 && kind < kNumKinds; }
 inline int bits_of(int kind) { return kind == kInt8 ? 8 : kind == kInt4 ? 4 : 2; }
 inline int64_t data_bytes(int bits, int64_t dim) {
@@ -104,18 +81,5 @@ inline int64_t row_bytes_of(int64_t kind, int64_t dim) {
   return data_bytes(bits, dim) + (bits == 8 ? 8 : 4);
 }
 
-// Scale and bias of an integer row from its min and max (a -0.0 minimum counts as +0.0,
-// so the stored bias never depends on which zero the reduction met first).
-inline void int_qparams(int bits, float lo, float hi, float& scale, float& bias) {
-  lo = lo + 0.0f;
-  const float levels = static_cast<float>((1 << bits) - 1);
-  if (bits == 8) {
-    scale = (hi - lo) / levels;
-    bias = lo;
-    return;
-  }
-  bias = half_round_down(lo);
-  scale = half_round_up((hi - bias) / levels);
-}
 
 }  // namespace sslrec

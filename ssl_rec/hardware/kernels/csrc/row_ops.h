@@ -7,6 +7,58 @@
 
 #include "small_rows.h"
 
+// FP32 -> FP16 bits, rounded to nearest even: the F16C instruction in the x86 variants, c10's
+// bit arithmetic in the portable one (the same bits for every finite value).
+inline uint16_t float_to_half(float f) {
+#if SSL_LEVEL >= 1
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+  return f2h(f);
+#endif
+}
+
+// The largest FP16 value <= x / the smallest >= x.
+inline float half_round_down(float x) {
+  uint16_t b = float_to_half(x);
+  if (half_to_float(b) > x) b = half_step(b, false);
+  return half_to_float(b);
+}
+inline float half_round_up(float x) {
+  uint16_t b = float_to_half(x);
+  if (half_to_float(b) < x) b = half_step(b, true);
+  return half_to_float(b);
+}
+
+// FP16 bits of x rounded stochastically: up with probability (x - lo) / (hi - lo) for the
+// FP16 neighbours lo <= x <= hi, given the uniform draw u in [0, 1).
+inline uint16_t sr_half(float x, float u) {
+  const uint16_t b = float_to_half(x);
+  const float near = half_to_float(b);
+  if (near == x) return b;
+  const bool above = near > x;
+  const uint16_t ob = half_step(b, !above);
+  const float other = half_to_float(ob);
+  const float lo = above ? other : near, hi = above ? near : other;
+  const float p = (x - lo) / (hi - lo);
+  const bool take_hi = u < p;
+  return take_hi ? (above ? b : ob) : (above ? ob : b);
+}
+
+// Scale and bias of an integer row from its min and max (a -0.0 minimum counts as +0.0,
+// so the stored bias never depends on which zero the reduction met first). INT4 and INT2
+// keep both in FP16: the bias rounded down and the scale up, so every value stays in range.
+inline void int_qparams(int bits, float lo, float hi, float& scale, float& bias) {
+  lo = lo + 0.0f;
+  const float levels = static_cast<float>((1 << bits) - 1);
+  if (bits == 8) {
+    scale = (hi - lo) / levels;
+    bias = lo;
+    return;
+  }
+  bias = half_round_down(lo);
+  scale = half_round_up((hi - bias) / levels);
+}
+
 inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
   int64_t d = 0;
   lo = hi = x[0];
@@ -214,7 +266,7 @@ inline void quant_int_row(int bits, const float* x, int64_t dim, uint8_t* row, b
       row[j] = byte;
     }
   }
-  const uint16_t sb[2] = {f2h(scale), f2h(bias)};
+  const uint16_t sb[2] = {float_to_half(scale), float_to_half(bias)};
   std::memcpy(row + nb, sb, 4);
 }
 
@@ -227,7 +279,7 @@ inline void quant_row(int kind, const float* x, int64_t dim, uint8_t* row, bool 
     for (int64_t d = 0; d < dim; ++d) {
       uint16_t b;
       if (kind == kFp16) {
-        b = sr ? sr_half(x[d], uniform24(noise_bits(rk, d))) : f2h(x[d]);
+        b = sr ? sr_half(x[d], uniform24(noise_bits(rk, d))) : float_to_half(x[d]);
       } else if (sr) {
         uint32_t fb;
         std::memcpy(&fb, &x[d], 4);
