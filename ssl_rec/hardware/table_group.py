@@ -29,6 +29,11 @@ from ssl_rec.hardware.table import EmbeddingTable
 __all__ = ["TableGroup"]
 
 
+def _check_shape(ids: torch.Tensor, limits: torch.Tensor) -> None:
+    if ids.dim() != 2 or ids.shape[1] != limits.shape[0]:
+        raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {limits.shape[0]}]")
+
+
 def _wait_hook(module: TableGroup, *args: object) -> None:
     module.wait()
 
@@ -113,8 +118,7 @@ class TableGroup(nn.Module):
 
         """
         limits = self._limits if limits is None else limits
-        if ids.dim() != 2 or ids.shape[1] != limits.shape[0]:
-            raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {limits.shape[0]}]")
+        _check_shape(ids, limits)
         if ids.numel() == 0:
             return
         # One pass for every column's extremes; the element-wise search only on failure.
@@ -154,7 +158,11 @@ class TableGroup(nn.Module):
         self.wait()
         kernels = self._training_kernels()
         step = self._next_step()
-        plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
+        try:
+            plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
+        except (IndexError, ValueError, TypeError):
+            self.step -= 1  # refused before it changed anything: the step was not used
+            raise
         self.queue.add_pending(plan)
         return plan
 
@@ -217,7 +225,15 @@ class TableGroup(nn.Module):
 
         """
         ids = ids.to(torch.int64).contiguous()
-        self.check_ids(ids)
+        _check_shape(ids, self._limits)
+        try:
+            return self._forward(ids, train)
+        except IndexError:
+            self.check_ids(ids)  # the kernels' range check failed: name the cardinality too
+            raise
+
+    def _forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:
+        # The kernels check every id (one vectorized pass), before they change anything.
         if not (train and torch.is_grad_enabled()):
             with torch.no_grad():
                 return self.lookup(ids)

@@ -80,14 +80,19 @@ def test_frozen_and_eval_do_not_update():
         assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
 
 
-def test_out_of_range_ids_name_table_id_and_cardinality():
-    emb = MixedPrecisionEmbeddingCollection([10, 20], 4)
-    with pytest.raises(IndexError, match=r"table 1: id 20 .*cardinality 20"):
-        emb(torch.tensor([[0, 20]]))
+@pytest.mark.parametrize("train", [True, False])
+def test_out_of_range_ids_name_table_id_and_cardinality(train):
+    emb = MixedPrecisionEmbeddingCollection([10, 20], 4, TableSpec("int8", 0.5)).train(train)
+    state = copy.deepcopy(emb.state_dict())
+    with pytest.raises(IndexError, match=r"table 1: id 20 .*cardinality 20\) at sample 1"):
+        emb(torch.tensor([[0, 1], [0, 20]]))
     with pytest.raises(IndexError, match=r"table 0: id -1"):
         emb(torch.tensor([[-1, 0]]))
     with pytest.raises(ValueError, match="must be"):
         emb(torch.tensor([0, 1]))
+    for key, value in emb.state_dict().items():  # refused before anything changed
+        other = state[key]
+        assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
 
 
 def test_pooling_matches_manual_sum_and_mean():

@@ -115,6 +115,8 @@ inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* sl
                                : static_cast<const void*>(t.store_row(rows[ahead])),
                      hint >= 0 ? dim * 4 : t.rbytes);
       if (t.mom) __builtin_prefetch(t.mom + rows[ahead]);
+      // the tag current_slot reads: the hint's, or the set's that find searches
+      if (t.sets) __builtin_prefetch(t.tags + (hint >= 0 ? hint : t.set_of(rows[ahead]) * kWays));
     }
     const float* a = gf + g.order[g.start[u]] * stride;
     if (g.start[u] + kGradAhead < last)
