@@ -3,7 +3,6 @@
 // table, unique-row chunk or sample range. Every task owns its outputs, so results do not
 // depend on the number of threads.
 #include <algorithm>
-#include <memory>
 
 #include "ops.h"
 #include "profile.h"
@@ -43,23 +42,25 @@ at::Tensor gather(const Tables& tables, const Plan& p) {
   const int64_t dim = F ? ts[0].dim : 0;
   auto out = at::empty({B, F, dim}, at::kFloat);
   const int64_t* nu = p.num_unique.data_ptr<int64_t>();
-  std::vector<std::vector<const float*>> src(F);
-  std::vector<std::unique_ptr<float[]>> scratch(F);
-  std::vector<const float* const*> src_of(F);
+  std::vector<std::vector<const uint8_t*>> src(F);
+  std::vector<std::vector<uint8_t>> kinds(F);
+  std::vector<const uint8_t* const*> src_of(F);
+  std::vector<const uint8_t*> kinds_of(F);
   for (int64_t f = 0; f < F; ++f) {
     src[f].resize(nu[f]);
+    kinds[f].resize(nu[f]);
     src_of[f] = src[f].data();
-    if (ts[f].kind != kFp32) scratch[f].reset(new float[std::max<int64_t>(1, nu[f] * dim)]);
+    kinds_of[f] = kinds[f].data();
   }
   run_tasks(F, iota(F), true, [&](int64_t f) {
     variant().sources(ts[f], p.rows.data_ptr<int64_t>() + f * B,
                       p.slots.data_ptr<int32_t>() + f * B, nu[f], src[f].data(),
-                      scratch[f].get());
+                      kinds[f].data());
   });
   const int32_t* inv = p.inverse.data_ptr<int32_t>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
-    variant().gather(src_of.data(), inv, F, dim, b0, b1, op);
+    variant().gather(src_of.data(), kinds_of.data(), inv, F, dim, b0, b1, op);
   });
   return out;
 }

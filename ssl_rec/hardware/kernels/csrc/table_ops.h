@@ -38,37 +38,45 @@ inline void replace(const TableView& t, const Move* m, int64_t n, uint32_t key) 
   }
 }
 
-// Where the FP32 value of each unique row is read from: its plan slot (valid while the
-// plan is pending: its rows are locked), the FP32 store row, or `scratch` (dequantized once,
-// however many samples use it). Reads no cache tag, so it may run beside an admission.
+// Where the value of each unique row is read from: its plan slot (valid while the plan is
+// pending: its rows are locked) or its store row, in FP32 or in the table's format
+// (`kinds[u]`). Reads no cache tag, so it may run beside an admission.
 inline void sources(const TableView& t, const int64_t* rows, const int32_t* slots, int64_t n,
-                    const float** src, float* scratch) {
+                    const uint8_t** src, uint8_t* kinds) {
   for (int64_t u = 0; u < n; ++u) {
-    if (slots[u] >= 0) {
-      src[u] = t.cache_row(slots[u]);
-    } else if (t.kind == kFp32) {
-      src[u] = reinterpret_cast<const float*>(t.store_row(rows[u]));
-    } else {
-      if (u + kAhead < n) prefetch_bytes(t.store_row(rows[u + kAhead]), t.rbytes);
-      float* dst = scratch + u * t.dim;
-      dequant_row(t.kind, t.store_row(rows[u]), t.dim, dst);
-      src[u] = dst;
-    }
+    const bool cached = slots[u] >= 0;
+    src[u] = cached ? reinterpret_cast<const uint8_t*>(t.cache_row(slots[u]))
+                    : t.store_row(rows[u]);
+    kinds[u] = static_cast<uint8_t>(cached ? kFp32 : t.kind);
   }
 }
 
-// out[b, f] = src[f][inverse[b, f]] for samples [b0, b1): written in order, sample-major.
-inline void gather(const float* const* const* src, const int32_t* inverse, int64_t F,
-                   int64_t dim, int64_t b0, int64_t b1, float* out) {
+// out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1), written in order,
+// sample-major: FP32 rows copied, store rows dequantized on the way (a row a batch looks up
+// once, the common uncached case, is then read once and never staged).
+inline void gather(const uint8_t* const* const* src, const uint8_t* const* kinds,
+                   const int32_t* inverse, int64_t F, int64_t dim, int64_t b0, int64_t b1,
+                   float* out) {
   constexpr int64_t kSampleAhead = 3;
+  alignas(64) float row[kMaxDim];
   for (int64_t b = b0; b < b1; ++b) {
     if (b + kSampleAhead < b1) {
       const int32_t* next = inverse + (b + kSampleAhead) * F;
-      for (int64_t f = 0; f < F; ++f) prefetch_bytes(src[f][next[f]], dim * 4);
+      for (int64_t f = 0; f < F; ++f)
+        prefetch_bytes(src[f][next[f]], row_bytes_of(kinds[f][next[f]], dim));
     }
     const int32_t* inv = inverse + b * F;
     float* o = out + b * F * dim;
-    for (int64_t f = 0; f < F; ++f) stream_row(o + f * dim, src[f][inv[f]], dim);
+    for (int64_t f = 0; f < F; ++f) {
+      const int kind = kinds[f][inv[f]];
+      const uint8_t* s = src[f][inv[f]];
+      if (kind == kFp32) {
+        stream_row(o + f * dim, reinterpret_cast<const float*>(s), dim);
+      } else {
+        dequant_row(kind, s, dim, row);
+        stream_row(o + f * dim, row, dim);
+      }
+    }
   }
   stream_fence();
 }
