@@ -128,7 +128,12 @@ struct Admission {
 void assign_slots(const TableView& t, const int64_t* urows, const int32_t* counts, int64_t U,
                   uint8_t* lock, int32_t* slots, Admission& a) {
   for (int64_t u = 0; u < U; ++u) {
-    if (u + 8 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 8]) * kWays);
+    if (u + 8 < U) {  // the set's tags, replacement state and lock byte
+      const int64_t s = t.set_of(urows[u + 8]);
+      __builtin_prefetch(t.tags + s * kWays);
+      __builtin_prefetch(t.state + (t.policy == 0 ? s : s * kWays), 1);
+      __builtin_prefetch(lock + s, 1);
+    }
     const int64_t slot = t.find(urows[u]);
     slots[u] = static_cast<int32_t>(slot >= 0 ? slot : -2);
     if (slot < 0) continue;
