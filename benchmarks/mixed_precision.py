@@ -61,7 +61,7 @@ def run_variant(name: str, spec: TableSpec, setup: dict, seed: int) -> dict:
         f"{synthetic}.min_cardinality={setup['min_cardinality']}",
         f"--model.init_args.backbone.init_args.embedding_dim={setup['dim']}",
         *(f"--data.init_args.n_{split}={n}" for split, n in setup["sizes"].items()),
-        *(f"{tables}.{key}={value}" for key, value in spec.to_dict().items()),
+        *(f"{tables}.{key}={value}" for key, value in spec.to_dict().items() if value is not None),
     ])  # fmt: skip
     module, dm, trainer = cli.model, cli.datamodule, cli.trainer
     start = time.perf_counter()
