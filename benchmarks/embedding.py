@@ -227,7 +227,7 @@ def run_config(cards, batch, threads, skew, rounds, fb, steps, colls, extra=True
         "hit_rate": hit_rates(colls, before),
         "load_average": [load, os.getloadavg()[0]],
     }
-    if threads == 1 and batch == 4096:
+    if threads == 1:
         result["breakdown_ms"] = breakdown(steps, colls, batches, 2 * NUM_BATCHES)
     return result
 
