@@ -72,42 +72,55 @@ inline int victim(const TableView& t, int64_t s, uint8_t locked) {
 }
 
 // Unique rows of table f's ids (`col`, the table's column, contiguous) in first-occurrence
-// order, each sample's index among them and each row's number of samples. Returns U. An open-addressing table of (row, index)
-// entries, twice the batch in size and left empty for the next call.
-int64_t dedupe(const int64_t* col, int64_t B, int64_t F, int64_t f, int64_t* urows,
-               int32_t* inverse, int32_t* counts) {
+// order, each sample's index among them and each row's number of samples. Returns U. An
+// open-addressing table of (row, index) entries, twice the batch in size and left empty for
+// the next call; `Row` is uint32_t when every row id fits (8-byte entries: the table of a
+// 16384-sample batch stays in the L2 cache), else uint64_t.
+template <typename Row>
+int64_t dedupe_with(const int64_t* col, int64_t B, int64_t F, int64_t f, int64_t* urows,
+                    int32_t* inverse, int32_t* counts) {
   struct Entry {
-    int64_t row;
-    int64_t u;
+    Row row;
+    int32_t u;
   };
+  constexpr Row kEmpty = ~Row{0};
   thread_local std::vector<Entry> table;
   thread_local std::vector<int64_t> pos;
   int64_t cap = 16;
   while (cap < 2 * B) cap <<= 1;
-  if (static_cast<int64_t>(table.size()) < cap) table.assign(cap, Entry{-1, 0});
+  if (static_cast<int64_t>(table.size()) < cap) table.assign(cap, Entry{kEmpty, 0});
   if (static_cast<int64_t>(pos.size()) < B) pos.resize(B);
   const uint64_t mask = static_cast<uint64_t>(cap - 1);
   int shift = 64;
   for (int64_t c = cap; c > 1; c >>= 1) --shift;
+  const auto slot_of = [shift](uint64_t row) { return (row * 0x9E3779B97F4A7C15ull) >> shift; };
+  constexpr int64_t kProbeAhead = 16;
   Entry* e = table.data();
   int64_t U = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t row = col[b];
-    uint64_t h = (static_cast<uint64_t>(row) * 0x9E3779B97F4A7C15ull) >> shift;
-    while (e[h].row != -1 && e[h].row != row) h = (h + 1) & mask;
-    if (e[h].row == -1) {
-      e[h] = Entry{row, U};
+    if (b + kProbeAhead < B) __builtin_prefetch(e + slot_of(col[b + kProbeAhead]));
+    const Row row = static_cast<Row>(col[b]);
+    uint64_t h = slot_of(row);
+    while (e[h].row != kEmpty && e[h].row != row) h = (h + 1) & mask;
+    if (e[h].row == kEmpty) {
+      e[h] = Entry{row, static_cast<int32_t>(U)};
       pos[U] = static_cast<int64_t>(h);
-      urows[U] = row;
+      urows[U] = col[b];
       counts[U] = 0;
       ++U;
     }
-    const int64_t u = e[h].u;
+    const int32_t u = e[h].u;
     ++counts[u];
-    inverse[b * F + f] = static_cast<int32_t>(u);
+    inverse[b * F + f] = u;
   }
-  for (int64_t u = 0; u < U; ++u) e[pos[u]].row = -1;
+  for (int64_t u = 0; u < U; ++u) e[pos[u]].row = kEmpty;
   return U;
+}
+
+int64_t dedupe(const TableView& t, const int64_t* col, int64_t B, int64_t F, int64_t f,
+               int64_t* urows, int32_t* inverse, int32_t* counts) {
+  if (t.rows < 0xFFFFFFFFll) return dedupe_with<uint32_t>(col, B, F, f, urows, inverse, counts);
+  return dedupe_with<uint64_t>(col, B, F, f, urows, inverse, counts);
 }
 
 void lock_plans(const std::vector<Plan>& locks, int64_t f, uint8_t* lock, bool on) {
@@ -179,7 +192,7 @@ void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B, i
   int64_t U;
   {
     PhaseTimer timer(kDedupe);
-    U = dedupe(col, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
+    U = dedupe(t, col, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
   }
   out.num_unique.data_ptr<int64_t>()[f] = U;
   std::fill(urows + U, urows + B, 0);  // a plan's unused tail is fixed (plans compare equal)
