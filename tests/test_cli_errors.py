@@ -95,6 +95,12 @@ CASES = {
         lambda t: _fit_synthetic(t, "--model.init_args.backbone.init_args.tables.cache_fraction=2"),
         ["cache_fraction", "[0, 1]", "2"],
     ),
+    "admission count below one": (
+        lambda t: _fit_synthetic(
+            t, "--model.init_args.backbone.init_args.tables.admission_count=0"
+        ),
+        ["admission_count", "[1,", "got 0"],
+    ),
     "negative learning rate": (
         lambda t: _fit_synthetic(t, "--model.init_args.learning_rate=-1"),
         ["learning_rate", "> 0", "-1"],
