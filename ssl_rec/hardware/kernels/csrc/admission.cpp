@@ -56,13 +56,20 @@ inline void touch(const TableView& t, int64_t s, int way, bool fresh) {
   cnt[way] += 1;
 }
 
+// The first empty unlocked way of set s, or -1.
+inline int empty_way(const TableView& t, int64_t s, uint8_t locked) {
+  const int16_t* tags = t.tags + s * kWays;
+  for (int w = 0; w < kWays; ++w)
+    if (tags[w] == -1 && !((locked >> w) & 1)) return w;
+  return -1;
+}
+
 // Way of set s a miss takes: the first empty unlocked way, else the policy's choice among
 // the unlocked ways; -1 when all are locked.
 inline int victim(const TableView& t, int64_t s, uint8_t locked) {
   if (locked == 0xFF) return -1;
-  const int16_t* tags = t.tags + s * kWays;
-  for (int w = 0; w < kWays; ++w)
-    if (tags[w] == -1 && !((locked >> w) & 1)) return w;
+  const int empty = empty_way(t, s, locked);
+  if (empty >= 0) return empty;
   if (t.policy == 0) return plru_victim(t.state[s], locked);
   const uint8_t* cnt = t.state + s * kWays;
   int best = -1;
@@ -157,8 +164,10 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
   for (int64_t u = 0; u < U; ++u) {
     if (slots[u] != -2) continue;
     const int64_t row = urows[u], s = t.set_of(row);
-    const int way = victim(t, s, lock[s]);
-    if (way < 0 || (counts[u] < t.admission && t.tags[s * kWays + way] != -1)) {
+    // a row below the admission count may only take an empty way
+    const int way =
+        counts[u] >= t.admission ? victim(t, s, lock[s]) : empty_way(t, s, lock[s]);
+    if (way < 0) {
       a.misses += counts[u];
       slots[u] = -1;
       continue;
