@@ -172,35 +172,38 @@ def counters(colls: dict) -> dict[str, tuple[float, float]]:
     return {n: (e.cache_stats()["hits"], e.cache_stats()["misses"]) for n, e in colls.items()}
 
 
-def breakdown(steps: dict, colls: dict, batches: list[dict], calls: int) -> dict[str, dict]:
+def breakdown(steps: dict, batches: list[dict], passes: int = 5) -> dict[str, dict]:
     """CPU milliseconds per step in each kernel phase (compiled kernels' counters), per case.
 
     The step total is the calling thread's CPU time too (one thread: every phase runs on
-    it), so time the thread spends descheduled on a loaded machine counts nowhere.
+    it), so time the thread spends descheduled on a loaded machine counts nowhere. The cases
+    take turns, one pass of the 8 batches each, and every figure is the median over
+    ``passes`` passes: a burst of load then moves one pass, not one case.
     """
     ext = getattr(get_kernels(), "_ext", None)
     if ext is None:
         return {}
-    out = {}
-    for name in (
-        "int8_cache5_rowwise_adagrad",
-        "int4_cache1_rowwise_adagrad",
-        "fp32_rowwise_adagrad",
-    ):
-        step = Cycle(steps[f"ours_{name}"], batches)
-        ext.phase_seconds(on=True, reset=True)
-        start = time.thread_time()
-        for _ in range(calls):
-            step()
-        total = time.thread_time() - start
-        phases = ext.phase_seconds(on=False, reset=True)
-        ms = {k: 1e3 * v / calls for k, v in phases.items()}
-        ms["step_total"] = 1e3 * total / calls
-        ms["outside_kernels"] = ms["step_total"] - sum(
-            v for k, v in ms.items() if k != "step_total"
-        )
-        out[name] = ms
-    return out
+    names = ("int8_cache5_rowwise_adagrad", "int4_cache1_rowwise_adagrad", "fp32_rowwise_adagrad")
+    cycles = {name: Cycle(steps[f"ours_{name}"], batches) for name in names}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for _ in range(passes):
+        for name in names:
+            ext.phase_seconds(on=True, reset=True)
+            start = time.thread_time()
+            for _ in range(NUM_BATCHES):
+                cycles[name]()
+            total = time.thread_time() - start
+            phases = ext.phase_seconds(on=False, reset=True)
+            ms = {k: 1e3 * v / NUM_BATCHES for k, v in phases.items()}
+            ms["step_total"] = 1e3 * total / NUM_BATCHES
+            ms["outside_kernels"] = ms["step_total"] - sum(
+                v for k, v in ms.items() if k != "step_total"
+            )
+            runs[name].append(ms)
+    return {
+        name: {k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
+        for name in names
+    }
 
 
 def run_config(cards, batch, threads, skew, rounds, fb, steps, colls, extra=True) -> dict:
@@ -228,7 +231,7 @@ def run_config(cards, batch, threads, skew, rounds, fb, steps, colls, extra=True
         "load_average": [load, os.getloadavg()[0]],
     }
     if threads == 1:
-        result["breakdown_ms"] = breakdown(steps, colls, batches, 2 * NUM_BATCHES)
+        result["breakdown_ms"] = breakdown(steps, batches)
     return result
 
 
