@@ -4,9 +4,9 @@
 // a batch still waiting for its backward) holds. A miss whose set has no such way stays
 // uncached for this batch, and so does one with fewer samples in the batch than the
 // table's admission count unless that way is empty: a row seen once is read and updated in
-// the store instead of evicting a row that may be hot. Then one pass over the list of admissions, known in full, writes
-// each victim back (stochastic rounding) and loads the new row, its DRAM accesses requested
-// ahead so their latencies overlap.
+// the store instead of evicting a row that may be hot. Then one pass over the list of
+// admissions, known in full, writes each victim back (stochastic rounding) and loads the new
+// row, its DRAM accesses requested ahead so their latencies overlap.
 // Mirrors kernels/reference.py's admit operation by operation.
 #include <algorithm>
 
@@ -207,7 +207,8 @@ void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B, i
   std::fill(urows + U, urows + B, 0);  // a plan's unused tail is fixed (plans compare equal)
   std::fill(slots, slots + B, -1);
   if (t.sets == 0) return;
-  thread_local std::vector<uint8_t> lock;  // per set: ways held by locked rows (all zero between calls)
+  // per set: ways held by locked rows (all zero between calls)
+  thread_local std::vector<uint8_t> lock;
   if (static_cast<int64_t>(lock.size()) < t.sets) lock.resize(t.sets, 0);
   thread_local Admission a;
   a.hits = a.misses = a.evictions = 0;
