@@ -17,16 +17,26 @@ inline uint16_t float_to_half(float f) {
 #endif
 }
 
-// The largest FP16 value <= x / the smallest >= x.
+// The largest FP16 value <= x / the smallest >= x: F16C's directed rounding in the x86
+// variants, the nearest value stepped once when on the wrong side in the portable one (the
+// same value for every x that is not NaN, subnormals and overflow to infinity included).
 inline float half_round_down(float x) {
+#if SSL_LEVEL >= 1
+  return half_to_float(static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEG_INF)));
+#else
   uint16_t b = float_to_half(x);
   if (half_to_float(b) > x) b = half_step(b, false);
   return half_to_float(b);
+#endif
 }
 inline float half_round_up(float x) {
+#if SSL_LEVEL >= 1
+  return half_to_float(static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_POS_INF)));
+#else
   uint16_t b = float_to_half(x);
   if (half_to_float(b) < x) b = half_step(b, true);
   return half_to_float(b);
+#endif
 }
 
 // FP16 bits of x rounded stochastically: up with probability (x - lo) / (hi - lo) for the
