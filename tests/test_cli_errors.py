@@ -99,7 +99,7 @@ CASES = {
         lambda t: _fit_synthetic(
             t, "--model.init_args.backbone.init_args.tables.admission_count=0"
         ),
-        ["admission_count", "[1,", "got 0"],
+        ["admission_count", ">= 1", "got 0"],
     ),
     "negative learning rate": (
         lambda t: _fit_synthetic(t, "--model.init_args.learning_rate=-1"),

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ssl_rec._checks import check_choice, check_nonnegative, check_positive
-from ssl_rec.hardware.kernels.layout import MAX_ADMISSION
+from ssl_rec._checks import check_at_least, check_choice, check_nonnegative, check_positive
 from ssl_rec.hardware.precision import Precision
 
 POLICIES: tuple[str, ...] = ("lru", "lfu")
@@ -43,8 +42,8 @@ class TableSpec:
             it up at least this many times (or the way it would take is empty); other
             misses are read from and updated in the store, so a row seen once does not
             evict one that may be hot. ``1`` admits every miss. Measured in
-            ``docs/hardware.md`` ("Cache admission"): 2 raises the hit rate and removes most
-            evictions at the same accuracy.
+            ``docs/hardware.md`` ("Cache", admission count): 2 raises the hit rate and
+            removes most evictions at the same accuracy.
 
     Example:
         >>> TableSpec(precision="int8", cache_fraction=0.05).cache_policy
@@ -70,15 +69,8 @@ class TableSpec:
         object.__setattr__(self, "precision", Precision(precision))
         check_choice(owner, "cache_policy", self.cache_policy, POLICIES)
         check_choice(owner, "optimizer", self.optimizer, OPTIMIZERS)
-        if (
-            not isinstance(self.admission_count, int)
-            or isinstance(self.admission_count, bool)
-            or not 1 <= self.admission_count <= MAX_ADMISSION
-        ):
-            raise ValueError(
-                f"TableSpec.admission_count must be an integer in [1, {MAX_ADMISSION}], "
-                f"got {self.admission_count!r}"
-            )
+        count = check_at_least(owner, "admission_count", self.admission_count)
+        object.__setattr__(self, "admission_count", count)
         if not (0.0 <= self.cache_fraction <= 1.0):
             raise ValueError(
                 f"TableSpec.cache_fraction must be in [0, 1], got {self.cache_fraction}"

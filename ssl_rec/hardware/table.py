@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware.cache import RowCache
-from ssl_rec.hardware.kernels.layout import OPTIMIZER_CODES, POLICY_CODES
+from ssl_rec.hardware.kernels.layout import MAX_ADMISSION, OPTIMIZER_CODES, POLICY_CODES
 from ssl_rec.hardware.memory import table_memory
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.spec import TableSpec
@@ -155,7 +155,8 @@ class EmbeddingTable(nn.Module):
             self.num_rows,
             self.dim,
             self.row_stride,
-            self.spec.admission_count,
+            # no batch reaches MAX_ADMISSION samples of a row: larger counts act alike
+            min(self.spec.admission_count, MAX_ADMISSION),
         ]
 
     def store_rows(self, rows: torch.Tensor) -> torch.Tensor:

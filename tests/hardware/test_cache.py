@@ -132,3 +132,12 @@ def test_admission_count_decides_misses_once_the_set_is_full():
     emb(torch.tensor([50, 60])).sum().backward()
     after = emb.cache_stats()
     assert after["misses"] - before["misses"] == 1 and after["hits"] - before["hits"] == 1
+
+
+def test_an_admission_count_above_any_batch_admits_only_into_empty_ways():
+    emb = MixedPrecisionEmbedding(100, 8, TableSpec("int8", 0.1, admission_count=1 << 40)).train()
+    emb(torch.arange(8)).sum().backward()  # fills the one set's 8 empty ways
+    emb(torch.full((50,), 60)).sum().backward()  # 50 samples of row 60: still stays out
+    before = emb.cache_stats()
+    emb(torch.tensor([60])).sum().backward()
+    assert emb.cache_stats()["misses"] - before["misses"] == 1
