@@ -157,12 +157,9 @@ class TableGroup(nn.Module):
         """
         self.wait()
         kernels = self._training_kernels()
-        step = self._next_step()
-        try:
-            plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
-        except (IndexError, ValueError, TypeError):
-            self.step -= 1  # refused before it changed anything: the step was not used
-            raise
+        step = int(self.step)  # taken only once the kernels accept the batch
+        plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
+        self.step += 1
         self.queue.add_pending(plan)
         return plan
 

@@ -17,24 +17,18 @@ inline uint16_t float_to_half(float f) {
 #endif
 }
 
-// The largest FP16 value <= x / the smallest >= x: F16C's directed rounding in the x86
-// variants, the nearest value stepped once when on the wrong side in the portable one (the
-// same value for every x that is not NaN, subnormals and overflow to infinity included).
-inline float half_round_down(float x) {
+// The smallest FP16 value >= x (Up) or the largest <= x: F16C's directed rounding in the
+// x86 variants, the nearest value stepped once when on the wrong side in the portable one
+// (the same value for every x that is not NaN, subnormals and overflow to infinity included).
+template <bool Up>
+inline float half_round(float x) {
 #if SSL_LEVEL >= 1
-  return half_to_float(static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEG_INF)));
+  constexpr int kMode = Up ? _MM_FROUND_TO_POS_INF : _MM_FROUND_TO_NEG_INF;
+  return half_to_float(static_cast<uint16_t>(_cvtss_sh(x, kMode)));
 #else
   uint16_t b = float_to_half(x);
-  if (half_to_float(b) > x) b = half_step(b, false);
-  return half_to_float(b);
-#endif
-}
-inline float half_round_up(float x) {
-#if SSL_LEVEL >= 1
-  return half_to_float(static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_POS_INF)));
-#else
-  uint16_t b = float_to_half(x);
-  if (half_to_float(b) < x) b = half_step(b, true);
+  const float near = half_to_float(b);
+  if (Up ? near < x : near > x) b = half_step(b, Up);
   return half_to_float(b);
 #endif
 }
@@ -65,8 +59,8 @@ inline void int_qparams(int bits, float lo, float hi, float& scale, float& bias)
     bias = lo;
     return;
   }
-  bias = half_round_down(lo);
-  scale = half_round_up((hi - bias) / levels);
+  bias = half_round<false>(lo);
+  scale = half_round<true>((hi - bias) / levels);
 }
 
 inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
