@@ -113,11 +113,10 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
             float32[B, F, D]; requires grad in training mode unless frozen.
 
         Raises:
+            ValueError: ``ids`` is not ``[B, F]`` (checked by the table group).
             IndexError: An id is outside ``[0, cardinality)`` (names table, id, cardinality).
 
         """
-        if ids.dim() != 2 or ids.shape[1] != self.num_tables:
-            raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {self.num_tables}]")
         return self.group(ids, train=self.training and not self.frozen)
 
     def dequantize_rows(self, table: int, ids: torch.Tensor) -> torch.Tensor:
