@@ -51,30 +51,47 @@ inline void sources(const TableView& t, const int64_t* rows, const int32_t* slot
   }
 }
 
-// out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1), written in order,
-// sample-major: FP32 rows copied, store rows dequantized on the way (a row a batch looks up
-// once, the common uncached case, is then read once and never staged).
+// out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1): FP32 rows copied, store
+// rows dequantized on the way (a row a batch looks up once, the common uncached case, is
+// then read once and never staged). Table by table, as FBGEMM's TBE forward runs: one
+// table's hot rows and page translations stay in the CPU caches while its samples are
+// served. Each chunk of samples is first split by where its rows come from (cache or
+// store), so that neither loop takes a branch that a hit rate near one half would make
+// unpredictable.
 inline void gather(const uint8_t* const* const* src, const uint8_t* const* kinds,
                    const int32_t* inverse, int64_t F, int64_t dim, int64_t b0, int64_t b1,
                    float* out) {
-  constexpr int64_t kSampleAhead = 3;
+  constexpr int64_t kRowAhead = 16, kChunk = 256;
   alignas(64) float row[kMaxDim];
-  for (int64_t b = b0; b < b1; ++b) {
-    if (b + kSampleAhead < b1) {
-      const int32_t* next = inverse + (b + kSampleAhead) * F;
-      for (int64_t f = 0; f < F; ++f)
-        prefetch_bytes(src[f][next[f]], row_bytes_of(kinds[f][next[f]], dim));
-    }
-    const int32_t* inv = inverse + b * F;
-    float* o = out + b * F * dim;
-    for (int64_t f = 0; f < F; ++f) {
-      const int kind = kinds[f][inv[f]];
-      const uint8_t* s = src[f][inv[f]];
-      if (kind == kFp32) {
-        stream_row(o + f * dim, reinterpret_cast<const float*>(s), dim);
-      } else {
-        dequant_row(kind, s, dim, row);
-        stream_row(o + f * dim, row, dim);
+  int32_t cached[kChunk], stored[kChunk];
+  for (int64_t f = 0; f < F; ++f) {
+    const uint8_t* const* sf = src[f];
+    const uint8_t* kf = kinds[f];
+    for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
+      const int64_t c1 = std::min(b1, c0 + kChunk);
+      int64_t nc = 0, ns = 0;
+      for (int64_t b = c0; b < c1; ++b) {
+        const bool fp = kf[inverse[b * F + f]] == kFp32;
+        cached[nc] = static_cast<int32_t>(b);
+        stored[ns] = static_cast<int32_t>(b);
+        nc += fp;
+        ns += !fp;
+      }
+      for (int64_t i = 0; i < nc; ++i) {
+        if (i + kRowAhead < nc)
+          prefetch_bytes(sf[inverse[cached[i + kRowAhead] * F + f]], dim * 4);
+        const int64_t b = cached[i];
+        stream_row(out + (b * F + f) * dim,
+                   reinterpret_cast<const float*>(sf[inverse[b * F + f]]), dim);
+      }
+      if (ns == 0) continue;
+      const int kind = kf[inverse[stored[0] * F + f]];
+      const int64_t rb = row_bytes_of(kind, dim);
+      for (int64_t i = 0; i < ns; ++i) {
+        if (i + kRowAhead < ns) prefetch_bytes(sf[inverse[stored[i + kRowAhead] * F + f]], rb);
+        const int64_t b = stored[i];
+        dequant_row(kind, sf[inverse[b * F + f]], dim, row);
+        stream_row(out + (b * F + f) * dim, row, dim);
       }
     }
   }
