@@ -51,6 +51,34 @@ inline void sources(const TableView& t, const int64_t* rows, const int32_t* slot
   }
 }
 
+// out[b, f] for the samples of a chunk split by where their rows live: cached[0, nc) copied
+// from FP32 rows cache_row(b), stored[0, ns) read from store rows store_row(b) of format
+// `kind` (rbytes each), dequantized on the way; rows requested kRowAhead samples ahead and
+// written with non-temporal stores (call stream_fence() before the output is used).
+constexpr int64_t kRowAhead = 16;
+template <class CacheRow, class StoreRow>
+inline void write_rows(const int32_t* cached, int64_t nc, const int32_t* stored, int64_t ns,
+                       int kind, int64_t rbytes, int64_t dim, int64_t F, int64_t f, float* out,
+                       const CacheRow& cache_row, const StoreRow& store_row) {
+  alignas(64) float row[kMaxDim];
+  for (int64_t i = 0; i < nc; ++i) {
+    if (i + kRowAhead < nc) prefetch_bytes(cache_row(cached[i + kRowAhead]), dim * 4);
+    const int64_t b = cached[i];
+    stream_row(out + (b * F + f) * dim, cache_row(b), dim);
+  }
+  for (int64_t i = 0; i < ns; ++i) {
+    if (i + kRowAhead < ns) prefetch_bytes(store_row(stored[i + kRowAhead]), rbytes);
+    const int64_t b = stored[i];
+    float* o = out + (b * F + f) * dim;
+    if (kind == kFp32) {
+      stream_row(o, reinterpret_cast<const float*>(store_row(b)), dim);
+    } else {
+      dequant_row(kind, store_row(b), dim, row);
+      stream_row(o, row, dim);
+    }
+  }
+}
+
 // out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1): FP32 rows copied, store
 // rows dequantized on the way (a row a batch looks up once, the common uncached case, is
 // then read once and never staged). Table by table, as FBGEMM's TBE forward runs: one
@@ -61,12 +89,12 @@ inline void sources(const TableView& t, const int64_t* rows, const int32_t* slot
 inline void gather(const uint8_t* const* const* src, const uint8_t* const* kinds,
                    const int32_t* inverse, int64_t F, int64_t dim, int64_t b0, int64_t b1,
                    float* out) {
-  constexpr int64_t kRowAhead = 16, kChunk = 256;
-  alignas(64) float row[kMaxDim];
+  constexpr int64_t kChunk = 256;
   int32_t cached[kChunk], stored[kChunk];
   for (int64_t f = 0; f < F; ++f) {
     const uint8_t* const* sf = src[f];
     const uint8_t* kf = kinds[f];
+    const auto src_of = [&](int64_t b) { return sf[inverse[b * F + f]]; };
     for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
       const int64_t c1 = std::min(b1, c0 + kChunk);
       int64_t nc = 0, ns = 0;
@@ -77,44 +105,44 @@ inline void gather(const uint8_t* const* const* src, const uint8_t* const* kinds
         nc += fp;
         ns += !fp;
       }
-      for (int64_t i = 0; i < nc; ++i) {
-        if (i + kRowAhead < nc)
-          prefetch_bytes(sf[inverse[cached[i + kRowAhead] * F + f]], dim * 4);
-        const int64_t b = cached[i];
-        stream_row(out + (b * F + f) * dim,
-                   reinterpret_cast<const float*>(sf[inverse[b * F + f]]), dim);
-      }
-      if (ns == 0) continue;
-      const int kind = kf[inverse[stored[0] * F + f]];
-      const int64_t rb = row_bytes_of(kind, dim);
-      for (int64_t i = 0; i < ns; ++i) {
-        if (i + kRowAhead < ns) prefetch_bytes(sf[inverse[stored[i + kRowAhead] * F + f]], rb);
-        const int64_t b = stored[i];
-        dequant_row(kind, sf[inverse[b * F + f]], dim, row);
-        stream_row(out + (b * F + f) * dim, row, dim);
-      }
+      const int kind = ns ? kf[inverse[stored[0] * F + f]] : kFp32;
+      write_rows(cached, nc, stored, ns, kind, row_bytes_of(kind, dim), dim, F, f, out,
+                 [&](int64_t b) { return reinterpret_cast<const float*>(src_of(b)); }, src_of);
     }
   }
   stream_fence();
 }
 
-// Eval lookup of samples [b0, b1): cached value, else the dequantized store row.
+// Eval lookup of samples [b0, b1): cached value, else the dequantized store row. Table by
+// table, split by where each row lives and written with non-temporal stores, as the gather;
+// a chunk's cache tags are requested ahead of their search, its rows ahead of their copy.
 inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
                    float* out) {
+  constexpr int64_t kChunk = 256;
   const int64_t dim = F ? ts[0].dim : 0;
-  for (int64_t b = b0; b < b1; ++b) {
-    for (int64_t f = 0; f < F; ++f) {
-      const TableView& t = ts[f];
-      const int64_t row = ids[b * F + f];
-      float* o = out + (b * F + f) * dim;
-      const int64_t slot = t.find(row);
-      if (slot >= 0) {
-        copy_row(o, t.cache_row(slot), dim);
-      } else {
-        dequant_row(t.kind, t.store_row(row), dim, o);
+  int32_t cached[kChunk], stored[kChunk], slot[kChunk];
+  for (int64_t f = 0; f < F; ++f) {
+    const TableView& t = ts[f];
+    const auto row_of = [&](int64_t b) { return ids[b * F + f]; };
+    for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
+      const int64_t c1 = std::min(b1, c0 + kChunk);
+      int64_t nc = 0, ns = 0;
+      for (int64_t b = c0; b < c1; ++b) {
+        if (t.sets && b + kRowAhead < c1)
+          __builtin_prefetch(t.tags + t.set_of(row_of(b + kRowAhead)) * kWays);
+        const int64_t s = t.find(row_of(b));
+        slot[b - c0] = static_cast<int32_t>(s);
+        cached[nc] = static_cast<int32_t>(b);
+        stored[ns] = static_cast<int32_t>(b);
+        nc += s >= 0;
+        ns += s < 0;
       }
+      write_rows(cached, nc, stored, ns, t.kind, t.rbytes, dim, F, f, out,
+                 [&](int64_t b) { return static_cast<const float*>(t.cache_row(slot[b - c0])); },
+                 [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(row_of(b))); });
     }
   }
+  stream_fence();
 }
 
 // Fused optimizer step of unique rows [u0, u1) of table f: the gradient rows of each unique
