@@ -68,6 +68,25 @@ def test_compiled_matches_reference_bit_for_bit(compiled, threads, simd, dim):
     assert int(stats[:, 2].sum()) > 0 and int(stats[:, 3].sum()) > 0  # evictions, store writes
 
 
+def test_gather_and_lookup_span_sample_chunks(compiled, threads, simd):
+    """Batches longer than the kernels' 256-sample chunks, hits and misses mixed in each."""
+    emb = MixedPrecisionEmbeddingCollection(CARDS, 64, SPECS, seed=5)
+    a, b = copy.deepcopy(emb.group), copy.deepcopy(emb.group)
+    gen = torch.Generator().manual_seed(11)
+    for step in range(3):
+        ids, grad = _batch(gen, 700, 64)
+        ta, tb = a.tensors(), b.tensors()
+        plan_a = reference.admit(ta, ids, 3, 2 * step)
+        plan_b = compiled.admit(tb, ids, 3, 2 * step)
+        assert torch.equal(reference.gather(ta, plan_a), compiled.gather(tb, plan_b))
+        assert torch.equal(reference.forward(ta, ids), compiled.forward(tb, ids))
+        reference.update(ta, plan_a, grad, 3, 2 * step + 1)
+        compiled.update(tb, plan_b, grad, 3, 2 * step + 1)
+        _assert_same_state(ta, tb)
+    hits = torch.stack(a.tensors().stats)[:, 0]
+    assert int(hits.sum()) > 0
+
+
 def test_rows_with_zero_gradient_are_not_rewritten(compiled):
     spec = TableSpec("int8", 0.0, optimizer="sgd")
     emb = MixedPrecisionEmbeddingCollection([100], 16, spec, seed=0)
