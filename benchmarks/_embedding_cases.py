@@ -57,6 +57,16 @@ def ours_step(cards: list[int], spec: TableSpec) -> tuple[Step, MixedPrecisionEm
     return step, emb
 
 
+def eval_step(emb: MixedPrecisionEmbeddingCollection) -> Step:
+    """This library's validation lookup: no admission, no autograd, nothing written."""
+
+    def step(b: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            emb(b["ids"])
+
+    return step
+
+
 def embedding_bag_step(cards: list[int]) -> Step:
     """26 nn.EmbeddingBag(sparse=True) + torch.optim.SGD: forward, backward, step."""
     bags = torch.nn.ModuleList(

@@ -1,6 +1,6 @@
-"""Embedding kernels benchmark: this library's INT8/INT4 cached training step and lookups
-against its own FP32 tables, FBGEMM's table-batched embeddings (TBE, fbgemm-gpu-cpu) and
-torch's FBGEMM row-wise quantized ops, side by side in one run.
+"""Embedding kernels benchmark: this library's INT8/INT4 cached training step, validation
+lookup and inference lookups against its own FP32 tables, FBGEMM's table-batched embeddings
+(TBE, fbgemm-gpu-cpu) and torch's FBGEMM row-wise quantized ops, side by side in one run.
 
     python benchmarks/embedding.py [--quick] [--configs 1t4096,uniform] [--training-only]
         --json OUT.json
@@ -30,6 +30,7 @@ import torch
 from _embedding_cases import (
     DenseStep,
     embedding_bag_step,
+    eval_step,
     fbgemm_modules,
     lookup_fns,
     make_batch,
@@ -132,6 +133,8 @@ def ratios(t: dict[str, list[float]]) -> dict[str, object]:
                 t, f"int{bits}_fbgemm_tbe", f"int{bits}_ours"
             )
     for kind in ("int8_cache5", "int4_cache1"):
+        if f"eval_{kind}" in t:
+            out[f"eval_lookup_{kind}_vs_ours_fp32"] = median_ratio(t, "eval_fp32", f"eval_{kind}")
         out[f"train_{kind}_vs_ours_fp32"] = {
             opt: median_ratio(t, f"ours_fp32_{opt}", f"ours_{kind}_{opt}") for opt in OPTIMIZERS
         }
@@ -213,6 +216,8 @@ def run_config(cards, batch, threads, skew, rounds, fb, steps, colls, extra=True
     fns: dict[str, Callable] = {}
     if extra:
         fns.update(lookup_fns(cards, batches[0]["ids"], get_kernels(), fb))
+        for kind in OURS:
+            fns[f"eval_{kind}"] = Cycle(eval_step(colls[f"{kind}_sgd"]), batches)
     fns.update(
         {k: Cycle(s, batches) for k, s in steps.items() if skew == "criteo" or "bag" not in k}
     )
