@@ -2,6 +2,9 @@
 // instruction-set variant. Plain structs of pointers: the variant code never sees a tensor.
 #pragma once
 #include <cstdint>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common.h"
 
@@ -48,9 +51,18 @@ struct TableView {
     if (sets == 0) return -1;
     const int64_t s = set_of(row), q = tag_of(row);
     const int16_t* t = tags + s * kWays;
+#if defined(__SSE2__)
+    // the set's 8 tags compared at once (SSE2 is part of x86-64): no branch per way
+    static_assert(kWays == 8, "one 16-byte compare per set");
+    const __m128i eq = _mm_cmpeq_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)),
+                                       _mm_set1_epi16(static_cast<int16_t>(q)));
+    const int mask = _mm_movemask_epi8(eq);
+    return mask ? s * kWays + (__builtin_ctz(mask) >> 1) : -1;
+#else
     for (int w = 0; w < kWays; ++w)
       if (t[w] == q) return s * kWays + w;
     return -1;
+#endif
   }
   // Slot holding `row` now: the plan's `hint` when it still holds the row, else a search.
   int64_t current_slot(int64_t row, int64_t hint) const {
