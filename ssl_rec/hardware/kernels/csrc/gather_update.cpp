@@ -42,25 +42,21 @@ at::Tensor gather(const Tables& tables, const Plan& p) {
   const int64_t dim = F ? ts[0].dim : 0;
   auto out = at::empty({B, F, dim}, at::kFloat);
   const int64_t* nu = p.num_unique.data_ptr<int64_t>();
+  const int32_t* slots = p.slots.data_ptr<int32_t>();
   std::vector<std::vector<const uint8_t*>> src(F);
-  std::vector<std::vector<uint8_t>> kinds(F);
   std::vector<const uint8_t* const*> src_of(F);
-  std::vector<const uint8_t*> kinds_of(F);
   for (int64_t f = 0; f < F; ++f) {
     src[f].resize(nu[f]);
-    kinds[f].resize(nu[f]);
     src_of[f] = src[f].data();
-    kinds_of[f] = kinds[f].data();
   }
   run_tasks(F, iota(F), true, [&](int64_t f) {
-    variant().sources(ts[f], p.rows.data_ptr<int64_t>() + f * B,
-                      p.slots.data_ptr<int32_t>() + f * B, nu[f], src[f].data(),
-                      kinds[f].data());
+    variant().sources(ts[f], p.rows.data_ptr<int64_t>() + f * B, slots + f * B, nu[f],
+                      src[f].data());
   });
   const int32_t* inv = p.inverse.data_ptr<int32_t>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, B, sample_grain(B), [&](int64_t b0, int64_t b1) {
-    variant().gather(src_of.data(), kinds_of.data(), inv, F, dim, b0, b1, op);
+    variant().gather(ts.data(), src_of.data(), slots, inv, B, F, b0, b1, op);
   });
   return out;
 }

@@ -38,17 +38,14 @@ inline void replace(const TableView& t, const Move* m, int64_t n, uint32_t key) 
   }
 }
 
-// Where the value of each unique row is read from: its plan slot (valid while the plan is
-// pending: its rows are locked) or its store row, in FP32 or in the table's format
-// (`kinds[u]`). Reads no cache tag, so it may run beside an admission.
+// Where the value of each unique row is read from: its plan slot's FP32 cache row (valid
+// while the plan is pending: its rows are locked) or its store row. Reads no cache tag, so it
+// may run beside an admission.
 inline void sources(const TableView& t, const int64_t* rows, const int32_t* slots, int64_t n,
-                    const uint8_t** src, uint8_t* kinds) {
-  for (int64_t u = 0; u < n; ++u) {
-    const bool cached = slots[u] >= 0;
-    src[u] = cached ? reinterpret_cast<const uint8_t*>(t.cache_row(slots[u]))
-                    : t.store_row(rows[u]);
-    kinds[u] = static_cast<uint8_t>(cached ? kFp32 : t.kind);
-  }
+                    const uint8_t** src) {
+  for (int64_t u = 0; u < n; ++u)
+    src[u] = slots[u] >= 0 ? reinterpret_cast<const uint8_t*>(t.cache_row(slots[u]))
+                           : t.store_row(rows[u]);
 }
 
 // out[b, f] for the samples of a chunk split by where their rows live: cached[0, nc) copied
@@ -79,34 +76,34 @@ inline void write_rows(const int32_t* cached, int64_t nc, const int32_t* stored,
   }
 }
 
-// out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1): FP32 rows copied, store
-// rows dequantized on the way (a row a batch looks up once, the common uncached case, is
-// then read once and never staged). Table by table, as FBGEMM's TBE forward runs: one
-// table's hot rows and page translations stay in the CPU caches while its samples are
-// served. Each chunk of samples is first split by where its rows come from (cache or
-// store), so that neither loop takes a branch that a hit rate near one half would make
+// out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1) of a plan (`slots`
+// int32[F, B]): cached rows copied, store rows dequantized on the way (a row a batch looks up
+// once, the common uncached case, is then read once and never staged). Table by table, as
+// FBGEMM's TBE forward runs: one table's hot rows and page translations stay in the CPU
+// caches while its samples are served. Each chunk of samples is first split by where its
+// rows live, so that neither loop takes a branch that a hit rate near one half would make
 // unpredictable.
-inline void gather(const uint8_t* const* const* src, const uint8_t* const* kinds,
-                   const int32_t* inverse, int64_t F, int64_t dim, int64_t b0, int64_t b1,
+inline void gather(const TableView* ts, const uint8_t* const* const* src, const int32_t* slots,
+                   const int32_t* inverse, int64_t B, int64_t F, int64_t b0, int64_t b1,
                    float* out) {
   constexpr int64_t kChunk = 256;
+  const int64_t dim = F ? ts[0].dim : 0;
   int32_t cached[kChunk], stored[kChunk];
   for (int64_t f = 0; f < F; ++f) {
     const uint8_t* const* sf = src[f];
-    const uint8_t* kf = kinds[f];
+    const int32_t* slot = slots + f * B;
     const auto src_of = [&](int64_t b) { return sf[inverse[b * F + f]]; };
     for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
       const int64_t c1 = std::min(b1, c0 + kChunk);
       int64_t nc = 0, ns = 0;
       for (int64_t b = c0; b < c1; ++b) {
-        const bool fp = kf[inverse[b * F + f]] == kFp32;
+        const bool hit = slot[inverse[b * F + f]] >= 0;
         cached[nc] = static_cast<int32_t>(b);
         stored[ns] = static_cast<int32_t>(b);
-        nc += fp;
-        ns += !fp;
+        nc += hit;
+        ns += !hit;
       }
-      const int kind = ns ? kf[inverse[stored[0] * F + f]] : kFp32;
-      write_rows(cached, nc, stored, ns, kind, row_bytes_of(kind, dim), dim, F, f, out,
+      write_rows(cached, nc, stored, ns, ts[f].kind, ts[f].rbytes, dim, F, f, out,
                  [&](int64_t b) { return reinterpret_cast<const float*>(src_of(b)); }, src_of);
     }
   }

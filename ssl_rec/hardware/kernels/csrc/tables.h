@@ -91,9 +91,9 @@ struct Variant {
   void (*quant_row)(int kind, const float* x, int64_t dim, uint8_t* row, bool sr, uint32_t rk);
   void (*replace)(const TableView& t, const Move* m, int64_t n, uint32_t key);
   void (*sources)(const TableView& t, const int64_t* rows, const int32_t* slots, int64_t n,
-                  const uint8_t** src, uint8_t* kinds);
-  void (*gather)(const uint8_t* const* const* src, const uint8_t* const* kinds,
-                 const int32_t* inverse, int64_t F, int64_t dim, int64_t b0, int64_t b1,
+                  const uint8_t** src);
+  void (*gather)(const TableView* ts, const uint8_t* const* const* src, const int32_t* slots,
+                 const int32_t* inverse, int64_t B, int64_t F, int64_t b0, int64_t b1,
                  float* out);
   void (*lookup)(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
                  float* out);
