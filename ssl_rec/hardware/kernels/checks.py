@@ -120,8 +120,8 @@ def check_plan(p: Plan, t: TableTensors, shapes: list[tuple[int, int]], what: st
     """A plan of ``admit`` for these tables (shapes, dtypes, rows, slots, inverse)."""
     n = len(shapes)
     _expect(p.inverse, torch.int32, 2, f"{what} inverse")
-    batch = p.inverse.shape[0]
-    _expect_shape(p.inverse, (batch, n), f"{what} inverse")
+    batch = p.inverse.shape[1]
+    _expect_shape(p.inverse, (n, batch), f"{what} inverse")
     _expect(p.rows, torch.int64, 2, f"{what} rows")
     _expect_shape(p.rows, (n, batch), f"{what} rows")
     _expect(p.slots, torch.int32, 2, f"{what} slots")
@@ -138,7 +138,7 @@ def check_plan(p: Plan, t: TableTensors, shapes: list[tuple[int, int]], what: st
         capacity = t.cache_rows[f].shape[0]
         if u and (int(s.min()) < -1 or int(s.max()) >= capacity):
             raise IndexError(f"{what}: table {f}: slot out of range")
-        inv = p.inverse[:, f]
+        inv = p.inverse[f]
         if batch and (int(inv.min()) < 0 or int(inv.max()) >= u):
             raise IndexError(f"{what}: a sample of table {f} points beyond its {u} unique rows")
 
@@ -147,7 +147,7 @@ def check_grad(grad: torch.Tensor, p: Plan, shapes: list[tuple[int, int]]) -> No
     """float32[B, T, D] gradient of a plan's output."""
     _expect(grad, torch.float32, 3, "grad")
     dim = shapes[0][1] if shapes else 0
-    _expect_shape(grad, (p.inverse.shape[0], len(shapes), dim), "grad")
+    _expect_shape(grad, (p.inverse.shape[1], len(shapes), dim), "grad")
 
 
 def check_bag(

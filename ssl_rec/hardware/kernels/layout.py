@@ -65,7 +65,8 @@ class Plan(NamedTuple):
         rows: int64[T, B]: row t holds table t's ``num_unique[t]`` unique ids first, in
             first-occurrence order.
         num_unique: int64[T] unique ids per table.
-        inverse: int32[B, T]: index of each sample's id among its table's unique ids.
+        inverse: int32[T, B]: index of each sample's id among its table's unique ids (table-
+            major, as ``rows``: each table's column is contiguous for the kernels).
         slots: int32[T, B]: cache slot each unique id got (-1: uncached for this batch).
 
     """

@@ -129,7 +129,7 @@ def _dedupe(col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 def _admit_table(t: TableTensors, i: int, col, seed: int, step: int, locks, plan: Plan) -> None:
     rows, inverse, counts = _dedupe(col)
     u = len(rows)
-    plan.rows[i, :u], plan.inverse[:, i], plan.num_unique[i] = rows, inverse.int(), u
+    plan.rows[i, :u], plan.inverse[i], plan.num_unique[i] = rows, inverse.int(), u
     if t.cache_tags[i].shape[0] == 0:
         return
     lock_slots = [p.slots[i, : int(p.num_unique[i])] for p in locks]
@@ -187,7 +187,7 @@ def admit(
     plan = Plan(
         torch.zeros(n, b, dtype=torch.int64),
         torch.zeros(n, dtype=torch.int64),
-        torch.zeros(b, n, dtype=torch.int32),
+        torch.zeros(n, b, dtype=torch.int32),
         torch.full((n, b), -1, dtype=torch.int32),
     )
     for i in range(n):
@@ -203,13 +203,13 @@ def gather(t: TableTensors, plan: Plan) -> torch.Tensor:
     """
     shapes = check_tables(t)
     check_plan(plan, t, shapes, "plan")
-    b, n = plan.inverse.shape
+    n, b = plan.inverse.shape
     dim = shapes[0][1] if shapes else 0
     out = torch.empty(b, n, dim)
     for i in range(n):
         u = int(plan.num_unique[i])
         values = _values(t, i, plan.rows[i, :u], plan.slots[i, :u].long())
-        out[:, i] = values[plan.inverse[:, i].long()]
+        out[:, i] = values[plan.inverse[i].long()]
     return out
 
 
@@ -257,7 +257,7 @@ def _multiplier(t: TableTensors, i: int, rows: torch.Tensor, acc: torch.Tensor) 
 
 def _update_table(t: TableTensors, i: int, plan: Plan, grad, seed: int, step: int) -> None:
     u = int(plan.num_unique[i])
-    acc = _aggregate(plan.inverse[:, i].long(), grad[:, i, :], u)
+    acc = _aggregate(plan.inverse[i].long(), grad[:, i, :], u)
     live = ~(acc == 0).all(dim=1)  # rows whose gradient is exactly zero are not touched
     rows, acc = plan.rows[i, :u][live], acc[live]
     step_rows = _multiplier(t, i, rows, acc)[:, None] * acc

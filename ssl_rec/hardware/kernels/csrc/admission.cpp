@@ -84,8 +84,8 @@ inline int victim(const TableView& t, int64_t s, uint8_t locked) {
 // the next call; `Row` is uint32_t when every row id fits (8-byte entries: the table of a
 // 16384-sample batch stays in the L2 cache), else uint64_t.
 template <typename Row>
-int64_t dedupe_with(const int64_t* col, int64_t B, int64_t F, int64_t f, int64_t* urows,
-                    int32_t* inverse, int32_t* counts) {
+int64_t dedupe_with(const int64_t* col, int64_t B, int64_t* urows, int32_t* inverse,
+                    int32_t* counts) {
   struct Entry {
     Row row;
     int32_t u;
@@ -118,16 +118,16 @@ int64_t dedupe_with(const int64_t* col, int64_t B, int64_t F, int64_t f, int64_t
     }
     const int32_t u = e[h].u;
     ++counts[u];
-    inverse[b * F + f] = u;
+    inverse[b] = u;
   }
   for (int64_t u = 0; u < U; ++u) e[pos[u]].row = kEmpty;
   return U;
 }
 
-int64_t dedupe(const TableView& t, const int64_t* col, int64_t B, int64_t F, int64_t f,
-               int64_t* urows, int32_t* inverse, int32_t* counts) {
-  if (t.rows < 0xFFFFFFFFll) return dedupe_with<uint32_t>(col, B, F, f, urows, inverse, counts);
-  return dedupe_with<uint64_t>(col, B, F, f, urows, inverse, counts);
+int64_t dedupe(const TableView& t, const int64_t* col, int64_t B, int64_t* urows,
+               int32_t* inverse, int32_t* counts) {
+  if (t.rows < 0xFFFFFFFFll) return dedupe_with<uint32_t>(col, B, urows, inverse, counts);
+  return dedupe_with<uint64_t>(col, B, urows, inverse, counts);
 }
 
 void lock_plans(const std::vector<Plan>& locks, int64_t f, uint8_t* lock, bool on) {
@@ -192,7 +192,7 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
   }
 }
 
-void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B, int64_t F,
+void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B,
                  uint32_t key, const std::vector<Plan>& locks, const Plan& out) {
   int64_t* urows = out.rows.data_ptr<int64_t>() + f * B;
   int32_t* slots = out.slots.data_ptr<int32_t>() + f * B;
@@ -201,7 +201,7 @@ void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B, i
   int64_t U;
   {
     PhaseTimer timer(kDedupe);
-    U = dedupe(t, col, B, F, f, urows, out.inverse.data_ptr<int32_t>(), counts.data());
+    U = dedupe(t, col, B, urows, out.inverse.data_ptr<int32_t>() + f * B, counts.data());
   }
   out.num_unique.data_ptr<int64_t>()[f] = U;
   std::fill(urows + U, urows + B, 0);  // a plan's unused tail is fixed (plans compare equal)
@@ -241,7 +241,7 @@ Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t st
   for (const Plan& p : locks) check_plan(p, ts, "lock plan");
   const int64_t B = ids.size(0), F = ids.size(1);
   Plan out{at::empty({F, B}, at::kLong), at::empty({F}, at::kLong),
-           at::empty({B, F}, at::kInt), at::empty({F, B}, at::kInt)};
+           at::empty({F, B}, at::kInt), at::empty({F, B}, at::kInt)};
   std::vector<int64_t> order(F);
   for (int64_t f = 0; f < F; ++f) order[f] = f;
   // Largest tables first: they have the most unique rows, so the dynamic schedule balances.
@@ -261,7 +261,7 @@ Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t st
   }
   run_tasks(F, order, parallel, [&](int64_t f) {
     const uint32_t key = stream_key(seed, ts[f].stream, kPurposeEvict, step);
-    admit_table(ts[f], f, cols.data() + f * B, B, F, key, locks, out);
+    admit_table(ts[f], f, cols.data() + f * B, B, key, locks, out);
   });
   return out;
 }

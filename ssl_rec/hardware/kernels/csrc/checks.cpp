@@ -143,8 +143,8 @@ void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* wha
   const int64_t F = static_cast<int64_t>(ts.size());
   const std::string w(what);
   expect(p.inverse, at::kInt, 2, w + " inverse");
-  const int64_t B = p.inverse.size(0);
-  expect_shape(p.inverse, {B, F}, w + " inverse");
+  const int64_t B = p.inverse.size(1);
+  expect_shape(p.inverse, {F, B}, w + " inverse");
   expect(p.rows, at::kLong, 2, w + " rows");
   expect_shape(p.rows, {F, B}, w + " rows");
   expect(p.slots, at::kInt, 2, w + " slots");
@@ -171,23 +171,22 @@ void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* wha
                         ": table ", f, ": slot ", slots[f * B + u], " out of range");
     }
   }
-  std::vector<uint32_t> limit(F);
-  for (int64_t f = 0; f < F; ++f) limit[f] = static_cast<uint32_t>(nu[f]);
-  bool bad = false;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t f = 0; f < F; ++f) bad |= static_cast<uint32_t>(inv[b * F + f]) >= limit[f];
-  if (!bad) return;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t f = 0; f < F; ++f)
-      TORCH_CHECK_INDEX(inv[b * F + f] >= 0 && inv[b * F + f] < nu[f], w, ": sample ", b,
-                        " of table ", f, " points at unique row ", inv[b * F + f], " of ",
-                        nu[f]);
+  for (int64_t f = 0; f < F; ++f) {
+    const int32_t* col = inv + f * B;
+    const uint32_t limit = static_cast<uint32_t>(nu[f]);
+    bool bad = false;
+    for (int64_t b = 0; b < B; ++b) bad |= static_cast<uint32_t>(col[b]) >= limit;
+    if (!bad) continue;
+    for (int64_t b = 0; b < B; ++b)
+      TORCH_CHECK_INDEX(col[b] >= 0 && col[b] < nu[f], w, ": sample ", b, " of table ", f,
+                        " points at unique row ", col[b], " of ", nu[f]);
+  }
 }
 
 void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableView>& ts) {
   const int64_t F = static_cast<int64_t>(ts.size());
   expect(grad, at::kFloat, 3, "grad");
-  expect_shape(grad, {p.inverse.size(0), F, F ? ts[0].dim : 0}, "grad");
+  expect_shape(grad, {p.inverse.size(1), F, F ? ts[0].dim : 0}, "grad");
 }
 
 void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,

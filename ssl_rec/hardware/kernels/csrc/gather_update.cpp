@@ -22,14 +22,14 @@ int64_t sample_grain(int64_t B) {
 }
 
 // Samples of table f grouped by unique row, in sample order (counting sort of inverse).
-void group_samples(const int32_t* inverse, int64_t B, int64_t F, int64_t f, int64_t U,
-                   std::vector<int32_t>& start, std::vector<int32_t>& order) {
+void group_samples(const int32_t* inverse, int64_t B, int64_t U, std::vector<int32_t>& start,
+                   std::vector<int32_t>& order) {
   start.assign(U + 1, 0);
   order.resize(B);
-  for (int64_t b = 0; b < B; ++b) ++start[inverse[b * F + f] + 1];
+  for (int64_t b = 0; b < B; ++b) ++start[inverse[b] + 1];
   for (int64_t u = 0; u < U; ++u) start[u + 1] += start[u];
   std::vector<int32_t> next(start.begin(), start.end() - 1);
-  for (int64_t b = 0; b < B; ++b) order[next[inverse[b * F + f]]++] = static_cast<int32_t>(b);
+  for (int64_t b = 0; b < B; ++b) order[next[inverse[b]]++] = static_cast<int32_t>(b);
 }
 
 }  // namespace
@@ -38,7 +38,7 @@ at::Tensor gather(const Tables& tables, const Plan& p) {
   PhaseTimer timer(kGather);
   const std::vector<TableView> ts = table_views(tables);
   check_plan(p, ts, "plan");
-  const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(0);
+  const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(1);
   const int64_t dim = F ? ts[0].dim : 0;
   auto out = at::empty({B, F, dim}, at::kFloat);
   const int64_t* nu = p.num_unique.data_ptr<int64_t>();
@@ -66,14 +66,14 @@ void update(const Tables& tables, const Plan& p, const at::Tensor& grad, int64_t
   const std::vector<TableView> ts = table_views(tables);
   check_plan(p, ts, "plan");
   check_grad(grad, p, ts);
-  const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(0);
+  const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(1);
   const int64_t* nu = p.num_unique.data_ptr<int64_t>();
   const int32_t* inv = p.inverse.data_ptr<int32_t>();
   std::vector<std::vector<int32_t>> start(F), order(F);
   {
     PhaseTimer timer(kGroup);
     run_tasks(F, iota(F), true,
-              [&](int64_t f) { group_samples(inv, B, F, f, nu[f], start[f], order[f]); });
+              [&](int64_t f) { group_samples(inv + f * B, B, nu[f], start[f], order[f]); });
   }
   PhaseTimer timer(kUpdate);
   // Chunks of unique rows: distinct rows, so chunks of one table run on any thread.

@@ -25,7 +25,7 @@ struct Tables {
 struct Plan {
   at::Tensor rows;        // int64[F, B]
   at::Tensor num_unique;  // int64[F]
-  at::Tensor inverse;     // int32[B, F]
+  at::Tensor inverse;     // int32[F, B]
   at::Tensor slots;       // int32[F, B]
 };
 

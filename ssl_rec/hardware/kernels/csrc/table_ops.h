@@ -76,8 +76,8 @@ inline void write_rows(const int32_t* cached, int64_t nc, const int32_t* stored,
   }
 }
 
-// out[b, f] = value of src[f][inverse[b, f]] for samples [b0, b1) of a plan (`slots`
-// int32[F, B]): cached rows copied, store rows dequantized on the way (a row a batch looks up
+// out[b, f] = value of src[f][inverse[f, b]] for samples [b0, b1) of a plan (`slots` and
+// `inverse` int32[F, B]): cached rows copied, store rows dequantized on the way (a row a batch looks up
 // once, the common uncached case, is then read once and never staged). Table by table, as
 // FBGEMM's TBE forward runs: one table's hot rows and page translations stay in the CPU
 // caches while its samples are served. Each chunk of samples is first split by where its
@@ -92,12 +92,13 @@ inline void gather(const TableView* ts, const uint8_t* const* const* src, const 
   for (int64_t f = 0; f < F; ++f) {
     const uint8_t* const* sf = src[f];
     const int32_t* slot = slots + f * B;
-    const auto src_of = [&](int64_t b) { return sf[inverse[b * F + f]]; };
+    const int32_t* inv = inverse + f * B;
+    const auto src_of = [&](int64_t b) { return sf[inv[b]]; };
     for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
       const int64_t c1 = std::min(b1, c0 + kChunk);
       int64_t nc = 0, ns = 0;
       for (int64_t b = c0; b < c1; ++b) {
-        const bool hit = slot[inverse[b * F + f]] >= 0;
+        const bool hit = slot[inv[b]] >= 0;
         cached[nc] = static_cast<int32_t>(b);
         stored[ns] = static_cast<int32_t>(b);
         nc += hit;
