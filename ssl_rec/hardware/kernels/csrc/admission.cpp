@@ -144,25 +144,36 @@ struct Admission {
   std::vector<Move> moves;
 };
 
-// Hit pass, then miss pass, of one table's unique rows; fills slots and the move lists.
+// Hit pass, then miss pass, of one table's unique rows; fills slots and the move lists. The
+// rows are first split into hits and misses by their tag compare alone, so that neither
+// list's loop branches on whether a row is cached.
 void assign_slots(const TableView& t, const int64_t* urows, const int32_t* counts, int64_t U,
                   uint8_t* lock, int32_t* slots, Admission& a) {
+  thread_local std::vector<int32_t> hit_list, miss_list;
+  if (static_cast<int64_t>(hit_list.size()) < U) {
+    hit_list.resize(U);
+    miss_list.resize(U);
+  }
+  int32_t* hits = hit_list.data();
+  int32_t* misses = miss_list.data();
+  int64_t nh = 0, nm = 0;
   for (int64_t u = 0; u < U; ++u) {
-    if (u + 8 < U) {  // the set's tags, replacement state and lock byte
-      const int64_t s = t.set_of(urows[u + 8]);
-      __builtin_prefetch(t.tags + s * kWays);
-      __builtin_prefetch(t.state + (t.policy == 0 ? s : s * kWays), 1);
-      __builtin_prefetch(lock + s, 1);
-    }
+    if (u + 8 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 8]) * kWays);
     const int64_t slot = t.find(urows[u]);
-    slots[u] = static_cast<int32_t>(slot >= 0 ? slot : -2);
-    if (slot < 0) continue;
+    slots[u] = static_cast<int32_t>(slot);
+    hits[nh] = static_cast<int32_t>(u);
+    misses[nm] = static_cast<int32_t>(u);
+    nh += slot >= 0;
+    nm += slot < 0;
+  }
+  for (int64_t i = 0; i < nh; ++i) {
+    const int64_t u = hits[i], slot = slots[u];
     a.hits += counts[u];
     touch(t, slot / kWays, static_cast<int>(slot % kWays), false);
     lock[slot / kWays] |= 1 << (slot % kWays);
   }
-  for (int64_t u = 0; u < U; ++u) {
-    if (slots[u] != -2) continue;
+  for (int64_t i = 0; i < nm; ++i) {
+    const int64_t u = misses[i];
     const int64_t row = urows[u], s = t.set_of(row);
     // a row below the admission count may only take an empty way
     const int way =
