@@ -133,7 +133,7 @@ class TableGroup(nn.Module):
 
     def _next_step(self) -> int:
         step = int(self.step)
-        self.step += 1
+        self.step.add_(1)  # in place: no Module.__setattr__ per step
         return step
 
     def wait(self) -> None:
@@ -159,7 +159,7 @@ class TableGroup(nn.Module):
         kernels = self._training_kernels()
         step = int(self.step)  # taken only once the kernels accept the batch
         plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
-        self.step += 1
+        self.step.add_(1)  # in place: no Module.__setattr__ per step
         self.queue.add_pending(plan)
         return plan
 

@@ -330,6 +330,107 @@ inline void sub_scaled(float* __restrict w, float mult, const float* __restrict 
   for (; d < dim; ++d) w[d] = w[d] - mult * a[d];
 }
 
+#if SSL_LEVEL == 2
+// The optimizer step of one INT8 or INT4 store row of N * 16 columns with the row held in N
+// registers: dequantize, w - mult * a, min / max, quantize (stochastic rounding) and store,
+// the same operations in the same order as dequant_row, sub_scaled and quant_int_row, with
+// no pass through memory in between.
+template <int Bits, int N>
+inline void step_int_row_n(uint8_t* row, float mult, const float* a, bool sr, uint32_t rk) {
+  constexpr int64_t dim = 16 * N, nb = Bits == 8 ? dim : dim / 2;
+  float scale, bias;
+  if (Bits == 8) {
+    std::memcpy(&scale, row + nb, 4);
+    std::memcpy(&bias, row + nb + 4, 4);
+  } else {
+    uint16_t sb[2];
+    std::memcpy(sb, row + nb, 4);
+    scale = half_to_float(sb[0]);
+    bias = half_to_float(sb[1]);
+  }
+  const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias), m = _mm512_set1_ps(mult);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  __m512 w[N];
+  for (int i = 0; i < N; ++i) {
+    __m128i bytes;
+    if (Bits == 8) {
+      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * i));
+    } else {  // 8 bytes -> 16 nibbles, low nibble = even column
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * i));
+      bytes = _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+    }
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+    const __m512 x = _mm512_add_ps(_mm512_mul_ps(q, vs), vb);
+    w[i] = _mm512_sub_ps(x, _mm512_mul_ps(m, _mm512_loadu_ps(a + 16 * i)));
+  }
+  __m512 vl = _mm512_broadcastss_ps(_mm512_castps512_ps128(w[0])), vh = vl;
+  for (int i = 0; i < N; ++i) {
+    vl = _mm512_min_ps(w[i], vl);
+    vh = _mm512_max_ps(w[i], vh);
+  }
+  float new_scale, new_bias;
+  int_qparams(Bits, _mm512_reduce_min_ps(vl), _mm512_reduce_max_ps(vh) + 0.0f, new_scale,
+              new_bias);
+  alignas(64) uint8_t q[dim];
+  if (new_scale > 0) {
+    const __m512 nbias = _mm512_set1_ps(new_bias), nscale = _mm512_set1_ps(new_scale);
+    const __m512 top = _mm512_set1_ps(static_cast<float>((1 << Bits) - 1));
+    const __m512 zero = _mm512_setzero_ps(), half = _mm512_set1_ps(0.5f);
+    const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int i = 0; i < N; ++i) {
+      __m512 u = half;
+      if (sr) {
+        const __m512i c = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(rk + 16 * i)), iota);
+        u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(mix32v(c), 8)), unit);
+      }
+      __m512 v = _mm512_div_ps(_mm512_sub_ps(w[i], nbias), nscale);
+      v = _mm512_roundscale_ps(_mm512_add_ps(v, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      v = _mm512_min_ps(top, _mm512_max_ps(zero, v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>((Bits == 8 ? row : q) + 16 * i),
+                       _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+    }
+  } else {
+    std::memset(Bits == 8 ? row : q, 0, dim);
+  }
+  if (Bits == 8) {
+    std::memcpy(row + nb, &new_scale, 4);
+    std::memcpy(row + nb + 4, &new_bias, 4);
+    return;
+  }
+  pack_nibbles(q, dim, row);
+  const uint16_t sb[2] = {float_to_half(new_scale), float_to_half(new_bias)};
+  std::memcpy(row + nb, sb, 4);
+}
+
+template <int Bits>
+inline bool step_int_row(uint8_t* row, int64_t dim, float mult, const float* a, bool sr,
+                         uint32_t rk) {
+  switch (dim) {
+    case 16: step_int_row_n<Bits, 1>(row, mult, a, sr, rk); return true;
+    case 32: step_int_row_n<Bits, 2>(row, mult, a, sr, rk); return true;
+    case 48: step_int_row_n<Bits, 3>(row, mult, a, sr, rk); return true;
+    case 64: step_int_row_n<Bits, 4>(row, mult, a, sr, rk); return true;
+    case 128: step_int_row_n<Bits, 8>(row, mult, a, sr, rk); return true;
+    default: return false;
+  }
+}
+#endif
+
+// row = quantize(dequantize(row) - mult * a) for a store row of format `kind`: on AVX-512
+// the register path for INT8 / INT4 rows of 16, 32, 48, 64 or 128 columns, else through
+// `tmp` (float[dim]).
+inline void step_store_row(int kind, uint8_t* row, int64_t dim, float mult, const float* a,
+                           bool sr, uint32_t rk, float* tmp) {
+#if SSL_LEVEL == 2
+  if (kind == kInt8 && step_int_row<8>(row, dim, mult, a, sr, rk)) return;
+  if (kind == kInt4 && step_int_row<4>(row, dim, mult, a, sr, rk)) return;
+#endif
+  dequant_row(kind, row, dim, tmp);
+  sub_scaled(tmp, mult, a, dim);
+  quant_row(kind, tmp, dim, row, sr, rk);
+}
+
 // Sum of squares in a fixed order: lane j (0..15) sums columns j, j + 16, ... in column
 // order, then lanes are added pairwise (j + 8, then + 4, + 2, + 1).
 inline float sum_squares(const float* a, int64_t dim) {

@@ -196,9 +196,8 @@ inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* sl
       sub_scaled(reinterpret_cast<float*>(t.store_row(row)), mult, a, dim);
       ++writes;
     } else {
-      dequant_row(t.kind, t.store_row(row), dim, tmp);
-      sub_scaled(tmp, mult, a, dim);
-      quant_row(t.kind, tmp, dim, t.store_row(row), t.sr, row_key(key, t.global_row(row)));
+      step_store_row(t.kind, t.store_row(row), dim, mult, a, t.sr,
+                     row_key(key, t.global_row(row)), tmp);
       ++writes;
     }
   }
