@@ -59,9 +59,21 @@ inline void touch(const TableView& t, int64_t s, int way, bool fresh) {
 // The first empty unlocked way of set s, or -1.
 inline int empty_way(const TableView& t, int64_t s, uint8_t locked) {
   const int16_t* tags = t.tags + s * kWays;
+#if defined(__SSE2__)
+  // the 8 tags compared with -1 at once, one bit per way (as TableView::find)
+  const __m128i eq = _mm_cmpeq_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tags)),
+                                     _mm_set1_epi16(-1));
+  uint32_t held = locked;  // way w's lock bit moved to bit 2w, where movemask puts way w
+  held = (held | (held << 4)) & 0x0F0Fu;
+  held = (held | (held << 2)) & 0x3333u;
+  held = (held | (held << 1)) & 0x5555u;
+  const uint32_t free_ways = static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0x5555u & ~held;
+  return free_ways ? __builtin_ctz(free_ways) >> 1 : -1;
+#else
   for (int w = 0; w < kWays; ++w)
     if (tags[w] == -1 && !((locked >> w) & 1)) return w;
   return -1;
+#endif
 }
 
 // Way of set s a miss takes: the first empty unlocked way, else the policy's choice among
@@ -260,8 +272,9 @@ Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t st
     return std::min(ts[a].rows, B) > std::min(ts[b].rows, B);
   });
   // The ids table-major: each table's dedupe then reads one contiguous column instead of
-  // one id per sample row.
-  std::vector<int64_t> cols(static_cast<size_t>(B * F));
+  // one id per sample row. Kept between calls: a batch of the last size needs no new pages.
+  thread_local std::vector<int64_t> cols;
+  if (cols.size() < static_cast<size_t>(B * F)) cols.resize(static_cast<size_t>(B * F));
   {
     PhaseTimer timer(kDedupe);
     const int64_t* idp = ids.data_ptr<int64_t>();
