@@ -273,8 +273,11 @@ Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t st
   });
   // The ids table-major: each table's dedupe then reads one contiguous column instead of
   // one id per sample row. Kept between calls: a batch of the last size needs no new pages.
-  thread_local std::vector<int64_t> cols;
-  if (cols.size() < static_cast<size_t>(B * F)) cols.resize(static_cast<size_t>(B * F));
+  // (A pointer, not the name, goes into the tasks: on a worker thread the name is that
+  // thread's own buffer.)
+  thread_local std::vector<int64_t> buffer;
+  if (buffer.size() < static_cast<size_t>(B * F)) buffer.resize(static_cast<size_t>(B * F));
+  int64_t* const cols = buffer.data();
   {
     PhaseTimer timer(kDedupe);
     const int64_t* idp = ids.data_ptr<int64_t>();
@@ -285,7 +288,7 @@ Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t st
   }
   run_tasks(F, order, parallel, [&](int64_t f) {
     const uint32_t key = stream_key(seed, ts[f].stream, kPurposeEvict, step);
-    admit_table(ts[f], f, cols.data() + f * B, B, key, locks, out);
+    admit_table(ts[f], f, cols + f * B, B, key, locks, out);
   });
   return out;
 }
