@@ -97,6 +97,30 @@ inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
   hi = hi + 0.0f;  // canonical zero, as the minimum in int_qparams
 }
 
+// Scale and bias of an INT8 (FP32 pair) or INT4 (FP16 pair) row whose levels take nb bytes.
+inline void read_qparams(int bits, const uint8_t* row, int64_t nb, float& scale, float& bias) {
+  if (bits == 8) {
+    std::memcpy(&scale, row + nb, 4);
+    std::memcpy(&bias, row + nb + 4, 4);
+    return;
+  }
+  uint16_t sb[2];
+  std::memcpy(sb, row + nb, 4);
+  scale = half_to_float(sb[0]);
+  bias = half_to_float(sb[1]);
+}
+
+#if SSL_LEVEL == 2
+// The 16 levels of columns d .. d + 15 (d a multiple of 16) as bytes: INT8 as stored, INT4's
+// 8 bytes split into nibbles (low nibble = even column).
+inline __m128i level_bytes16(int bits, const uint8_t* row, int64_t d) {
+  if (bits == 8) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d / 2));
+  return _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+}
+#endif
+
 // value = q * scale + bias, two roundings (the reference's order).
 inline void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {
   if (kind == kFp32) {
@@ -107,30 +131,14 @@ inline void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {
     dequant_small(kind, row, dim, out);
     return;
   }
-  const int64_t nb = kind == kInt8 ? dim : data_bytes(4, dim);
+  const int bits = kind == kInt8 ? 8 : 4;
   float scale, bias;
-  if (kind == kInt8) {
-    std::memcpy(&scale, row + nb, 4);
-    std::memcpy(&bias, row + nb + 4, 4);
-  } else {
-    uint16_t sb[2];
-    std::memcpy(sb, row + nb, 4);
-    scale = half_to_float(sb[0]);
-    bias = half_to_float(sb[1]);
-  }
+  read_qparams(bits, row, data_bytes(bits, dim), scale, bias);
   int64_t d = 0;
 #if SSL_LEVEL == 2
   const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
   for (; d + 16 <= dim; d += 16) {
-    __m128i bytes;
-    if (kind == kInt8) {
-      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
-    } else {  // 8 bytes -> 16 nibbles, low nibble = even column
-      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d / 2));
-      bytes = _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
-    }
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(level_bytes16(bits, row, d)));
     _mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_mul_ps(q, vs), vb));
   }
 #elif SSL_LEVEL == 1
@@ -174,6 +182,25 @@ inline __m256i mix32v(__m256i x) {
 }
 #endif
 
+#if SSL_LEVEL == 2
+// Levels of columns d .. d + 15 holding x: clamp(floor((x - bias) / scale + u), 0, top) as
+// bytes, u the column's uniform noise (stochastic) or 0.5 (nearest).
+inline __m128i levels16(__m512 x, __m512 vb, __m512 vs, __m512 top, bool sr, uint32_t rk,
+                        int64_t d) {
+  __m512 u = _mm512_set1_ps(0.5f);
+  if (sr) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i c = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(rk + d)), iota);
+    u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(mix32v(c), 8)),
+                      _mm512_set1_ps(1.0f / 16777216.0f));
+  }
+  __m512 v = _mm512_div_ps(_mm512_sub_ps(x, vb), vs);
+  v = _mm512_roundscale_ps(_mm512_add_ps(v, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  v = _mm512_min_ps(top, _mm512_max_ps(_mm512_setzero_ps(), v));
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v));
+}
+#endif
+
 // Levels q[d] = clamp(floor((x - bias) / scale + u), 0, levels), u the column's uniform
 // noise (stochastic) or 0.5 (nearest).
 inline void int_levels(const float* x, int64_t dim, float scale, float bias, int bits, bool sr,
@@ -182,21 +209,10 @@ inline void int_levels(const float* x, int64_t dim, float scale, float bias, int
   int64_t d = 0;
 #if SSL_LEVEL == 2
   const __m512 vb = _mm512_set1_ps(bias), vs = _mm512_set1_ps(scale);
-  const __m512 top = _mm512_set1_ps(levels), zero = _mm512_setzero_ps();
-  const __m512 half = _mm512_set1_ps(0.5f), unit = _mm512_set1_ps(1.0f / 16777216.0f);
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (; d + 16 <= dim; d += 16) {
-    __m512 u = half;
-    if (sr) {
-      const __m512i c = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(rk + d)), iota);
-      u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(mix32v(c), 8)), unit);
-    }
-    __m512 v = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(x + d), vb), vs);
-    v = _mm512_roundscale_ps(_mm512_add_ps(v, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    v = _mm512_min_ps(top, _mm512_max_ps(zero, v));
+  const __m512 top = _mm512_set1_ps(levels);
+  for (; d + 16 <= dim; d += 16)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + d),
-                     _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
-  }
+                     levels16(_mm512_loadu_ps(x + d), vb, vs, top, sr, rk, d));
 #elif SSL_LEVEL == 1
   const __m256 vb = _mm256_set1_ps(bias), vs = _mm256_set1_ps(scale);
   const __m256 top = _mm256_set1_ps(levels), zero = _mm256_setzero_ps();
@@ -339,27 +355,11 @@ template <int Bits, int N>
 inline void step_int_row_n(uint8_t* row, float mult, const float* a, bool sr, uint32_t rk) {
   constexpr int64_t dim = 16 * N, nb = Bits == 8 ? dim : dim / 2;
   float scale, bias;
-  if (Bits == 8) {
-    std::memcpy(&scale, row + nb, 4);
-    std::memcpy(&bias, row + nb + 4, 4);
-  } else {
-    uint16_t sb[2];
-    std::memcpy(sb, row + nb, 4);
-    scale = half_to_float(sb[0]);
-    bias = half_to_float(sb[1]);
-  }
+  read_qparams(Bits, row, nb, scale, bias);
   const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias), m = _mm512_set1_ps(mult);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
   __m512 w[N];
   for (int i = 0; i < N; ++i) {
-    __m128i bytes;
-    if (Bits == 8) {
-      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * i));
-    } else {  // 8 bytes -> 16 nibbles, low nibble = even column
-      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * i));
-      bytes = _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
-    }
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(level_bytes16(Bits, row, 16 * i)));
     const __m512 x = _mm512_add_ps(_mm512_mul_ps(q, vs), vb);
     w[i] = _mm512_sub_ps(x, _mm512_mul_ps(m, _mm512_loadu_ps(a + 16 * i)));
   }
@@ -371,27 +371,17 @@ inline void step_int_row_n(uint8_t* row, float mult, const float* a, bool sr, ui
   float new_scale, new_bias;
   int_qparams(Bits, _mm512_reduce_min_ps(vl), _mm512_reduce_max_ps(vh) + 0.0f, new_scale,
               new_bias);
+  // INT8 levels go straight to the row; INT4's are packed two per byte afterwards
   alignas(64) uint8_t q[dim];
+  uint8_t* levels = Bits == 8 ? row : q;
   if (new_scale > 0) {
-    const __m512 nbias = _mm512_set1_ps(new_bias), nscale = _mm512_set1_ps(new_scale);
+    const __m512 nb_v = _mm512_set1_ps(new_bias), ns_v = _mm512_set1_ps(new_scale);
     const __m512 top = _mm512_set1_ps(static_cast<float>((1 << Bits) - 1));
-    const __m512 zero = _mm512_setzero_ps(), half = _mm512_set1_ps(0.5f);
-    const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f);
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (int i = 0; i < N; ++i) {
-      __m512 u = half;
-      if (sr) {
-        const __m512i c = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(rk + 16 * i)), iota);
-        u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(mix32v(c), 8)), unit);
-      }
-      __m512 v = _mm512_div_ps(_mm512_sub_ps(w[i], nbias), nscale);
-      v = _mm512_roundscale_ps(_mm512_add_ps(v, u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-      v = _mm512_min_ps(top, _mm512_max_ps(zero, v));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>((Bits == 8 ? row : q) + 16 * i),
-                       _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
-    }
+    for (int i = 0; i < N; ++i)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(levels + 16 * i),
+                       levels16(w[i], nb_v, ns_v, top, sr, rk, 16 * i));
   } else {
-    std::memset(Bits == 8 ? row : q, 0, dim);
+    std::memset(levels, 0, dim);
   }
   if (Bits == 8) {
     std::memcpy(row + nb, &new_scale, 4);
