@@ -136,8 +136,33 @@ int64_t dedupe_with(const int64_t* col, int64_t B, int64_t* urows, int32_t* inve
   return U;
 }
 
+// dedupe_with for a table of at most a few times B rows: an index per row of the table
+// instead of a hash table (no hashing, no probing; the array is left all -1 for the next call).
+int64_t dedupe_direct(const int64_t* col, int64_t B, int64_t rows, int64_t* urows,
+                      int32_t* inverse, int32_t* counts) {
+  thread_local std::vector<int32_t> index;
+  if (static_cast<int64_t>(index.size()) < rows) index.resize(rows, -1);
+  int32_t* at = index.data();
+  int64_t U = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t row = col[b];
+    if (at[row] < 0) {
+      at[row] = static_cast<int32_t>(U);
+      urows[U] = row;
+      counts[U] = 0;
+      ++U;
+    }
+    const int32_t u = at[row];
+    ++counts[u];
+    inverse[b] = u;
+  }
+  for (int64_t u = 0; u < U; ++u) at[urows[u]] = -1;
+  return U;
+}
+
 int64_t dedupe(const TableView& t, const int64_t* col, int64_t B, int64_t* urows,
                int32_t* inverse, int32_t* counts) {
+  if (t.rows <= 4 * B) return dedupe_direct(col, B, t.rows, urows, inverse, counts);
   if (t.rows < 0xFFFFFFFFll) return dedupe_with<uint32_t>(col, B, urows, inverse, counts);
   return dedupe_with<uint64_t>(col, B, urows, inverse, counts);
 }
