@@ -58,22 +58,8 @@ inline void touch(const TableView& t, int64_t s, int way, bool fresh) {
 
 // The first empty unlocked way of set s, or -1.
 inline int empty_way(const TableView& t, int64_t s, uint8_t locked) {
-  const int16_t* tags = t.tags + s * kWays;
-#if defined(__SSE2__)
-  // the 8 tags compared with -1 at once, one bit per way (as TableView::find)
-  const __m128i eq = _mm_cmpeq_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tags)),
-                                     _mm_set1_epi16(-1));
-  uint32_t held = locked;  // way w's lock bit moved to bit 2w, where movemask puts way w
-  held = (held | (held << 4)) & 0x0F0Fu;
-  held = (held | (held << 2)) & 0x3333u;
-  held = (held | (held << 1)) & 0x5555u;
-  const uint32_t free_ways = static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0x5555u & ~held;
-  return free_ways ? __builtin_ctz(free_ways) >> 1 : -1;
-#else
-  for (int w = 0; w < kWays; ++w)
-    if (tags[w] == -1 && !((locked >> w) & 1)) return w;
-  return -1;
-#endif
+  const uint32_t free_ways = t.ways_tagged(s, -1) & ~static_cast<uint32_t>(locked);
+  return free_ways ? __builtin_ctz(free_ways) : -1;
 }
 
 // Way of set s a miss takes: the first empty unlocked way, else the policy's choice among
@@ -198,10 +184,7 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
     if (u + 8 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 8]) * kWays);
     const int64_t slot = t.find(urows[u]);
     slots[u] = static_cast<int32_t>(slot);
-    hits[nh] = static_cast<int32_t>(u);
-    misses[nm] = static_cast<int32_t>(u);
-    nh += slot >= 0;
-    nm += slot < 0;
+    append_either(slot >= 0, static_cast<int32_t>(u), hits, nh, misses, nm);
   }
   for (int64_t i = 0; i < nh; ++i) {
     const int64_t u = hits[i], slot = slots[u];

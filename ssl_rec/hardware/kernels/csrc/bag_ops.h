@@ -25,8 +25,7 @@ inline float bag_scalar(float scale, float q, float bias, float a, bool first) {
 inline void bag_add_int8(const uint8_t* __restrict row, int64_t dim, float* __restrict a,
                          bool first) {
   float scale, bias;
-  std::memcpy(&scale, row + dim, 4);
-  std::memcpy(&bias, row + dim + 4, 4);
+  read_qparams(8, row, dim, scale, bias);
   int64_t d = 0;
 #if SSL_LEVEL == 2
   const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);
@@ -56,10 +55,8 @@ inline void bag_add_int8(const uint8_t* __restrict row, int64_t dim, float* __re
 
 inline void bag_add_int4(const uint8_t* __restrict row, int64_t dim, float* __restrict a,
                          bool first) {
-  const int64_t nb = data_bytes(4, dim);
-  uint16_t sb[2];
-  std::memcpy(sb, row + nb, 4);
-  const float scale = half_to_float(sb[0]), bias = half_to_float(sb[1]);
+  float scale, bias;
+  read_qparams(4, row, data_bytes(4, dim), scale, bias);
   int64_t d = 0;
 #if SSL_LEVEL == 2
   const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);

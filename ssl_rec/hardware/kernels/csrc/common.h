@@ -68,6 +68,16 @@ inline uint16_t half_step(uint16_t bits, bool up) {
   mag = inc ? mag + 1 : mag - 1;
   return (neg ? 0x8000 : 0) | mag;
 }
+// Appends v to `yes` when c holds, else to `no`, without a branch: both lists get v at their
+// end, and only the chosen one's length grows (the other's copy is overwritten next).
+inline void append_either(bool c, int32_t v, int32_t* yes, int64_t& ny, int32_t* no,
+                          int64_t& nn) {
+  yes[ny] = v;
+  no[nn] = v;
+  ny += c;
+  nn += !c;
+}
+
 inline bool is_int_kind(int64_t kind) { return kind >= kInt8 && kind < kNumKinds; }
 inline int bits_of(int kind) { return kind == kInt8 ? 8 : kind == kInt4 ? 4 : 2; }
 inline int64_t data_bytes(int bits, int64_t dim) {

@@ -97,19 +97,6 @@ inline void min_max(const float* x, int64_t dim, float& lo, float& hi) {
   hi = hi + 0.0f;  // canonical zero, as the minimum in int_qparams
 }
 
-// Scale and bias of an INT8 (FP32 pair) or INT4 (FP16 pair) row whose levels take nb bytes.
-inline void read_qparams(int bits, const uint8_t* row, int64_t nb, float& scale, float& bias) {
-  if (bits == 8) {
-    std::memcpy(&scale, row + nb, 4);
-    std::memcpy(&bias, row + nb + 4, 4);
-    return;
-  }
-  uint16_t sb[2];
-  std::memcpy(sb, row + nb, 4);
-  scale = half_to_float(sb[0]);
-  bias = half_to_float(sb[1]);
-}
-
 #if SSL_LEVEL == 2
 // The 16 levels of columns d .. d + 15 (d a multiple of 16) as bytes: INT8 as stored, INT4's
 // 8 bytes split into nibbles (low nibble = even column).
@@ -259,6 +246,18 @@ inline void pack_nibbles(const uint8_t* q, int64_t dim, uint8_t* row) {
   }
 }
 
+// Stores a row's scale and bias after its nb bytes of levels: an FP32 pair for INT8, an FP16
+// pair for INT4 / INT2.
+inline void write_qparams(int bits, uint8_t* row, int64_t nb, float scale, float bias) {
+  if (bits == 8) {
+    std::memcpy(row + nb, &scale, 4);
+    std::memcpy(row + nb + 4, &bias, 4);
+    return;
+  }
+  const uint16_t sb[2] = {float_to_half(scale), float_to_half(bias)};
+  std::memcpy(row + nb, sb, 4);
+}
+
 inline void quant_int_row(int bits, const float* x, int64_t dim, uint8_t* row, bool sr,
                           uint32_t rk) {
   float lo, hi, scale, bias;
@@ -273,11 +272,7 @@ inline void quant_int_row(int bits, const float* x, int64_t dim, uint8_t* row, b
   const int64_t nb = data_bytes(bits, dim);
   if (bits == 8) {
     std::memcpy(row, q, dim);
-    std::memcpy(row + nb, &scale, 4);
-    std::memcpy(row + nb + 4, &bias, 4);
-    return;
-  }
-  if (bits == 4) {
+  } else if (bits == 4) {
     pack_nibbles(q, dim, row);
   } else {
     for (int64_t j = 0; j < nb; ++j) {
@@ -286,8 +281,7 @@ inline void quant_int_row(int bits, const float* x, int64_t dim, uint8_t* row, b
       row[j] = byte;
     }
   }
-  const uint16_t sb[2] = {float_to_half(scale), float_to_half(bias)};
-  std::memcpy(row + nb, sb, 4);
+  write_qparams(bits, row, nb, scale, bias);
 }
 
 inline void quant_row(int kind, const float* x, int64_t dim, uint8_t* row, bool sr, uint32_t rk) {
@@ -383,14 +377,8 @@ inline void step_int_row_n(uint8_t* row, float mult, const float* a, bool sr, ui
   } else {
     std::memset(levels, 0, dim);
   }
-  if (Bits == 8) {
-    std::memcpy(row + nb, &new_scale, 4);
-    std::memcpy(row + nb + 4, &new_bias, 4);
-    return;
-  }
-  pack_nibbles(q, dim, row);
-  const uint16_t sb[2] = {float_to_half(new_scale), float_to_half(new_bias)};
-  std::memcpy(row + nb, sb, 4);
+  if (Bits == 4) pack_nibbles(q, dim, row);
+  write_qparams(Bits, row, nb, new_scale, new_bias);
 }
 
 template <int Bits>

@@ -13,6 +13,20 @@ inline float half_to_float(uint16_t bits) {
 #endif
 }
 
+// Scale and bias of an INT8 (FP32 pair) or INT4 / INT2 (FP16 pair) row whose levels take nb
+// bytes.
+inline void read_qparams(int bits, const uint8_t* row, int64_t nb, float& scale, float& bias) {
+  if (bits == 8) {
+    std::memcpy(&scale, row + nb, 4);
+    std::memcpy(&bias, row + nb + 4, 4);
+    return;
+  }
+  uint16_t sb[2];
+  std::memcpy(sb, row + nb, 4);
+  scale = half_to_float(sb[0]);
+  bias = half_to_float(sb[1]);
+}
+
 inline void dequant_small(int kind, const uint8_t* row, int64_t dim, float* out) {
   int64_t d = 0;
   if (kind == kFp16 || kind == kBf16) {  // exact conversions, vector or scalar alike
@@ -38,10 +52,8 @@ inline void dequant_small(int kind, const uint8_t* row, int64_t dim, float* out)
     }
     return;
   }
-  const int64_t nb = data_bytes(2, dim);
-  uint16_t sb[2];
-  std::memcpy(sb, row + nb, 4);
-  const float scale = half_to_float(sb[0]), bias = half_to_float(sb[1]);
+  float scale, bias;
+  read_qparams(2, row, data_bytes(2, dim), scale, bias);
 #if SSL_LEVEL == 2
   const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);
   const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,

@@ -98,11 +98,7 @@ inline void gather(const TableView* ts, const uint8_t* const* const* src, const 
       const int64_t c1 = std::min(b1, c0 + kChunk);
       int64_t nc = 0, ns = 0;
       for (int64_t b = c0; b < c1; ++b) {
-        const bool hit = slot[inv[b]] >= 0;
-        cached[nc] = static_cast<int32_t>(b);
-        stored[ns] = static_cast<int32_t>(b);
-        nc += hit;
-        ns += !hit;
+        append_either(slot[inv[b]] >= 0, static_cast<int32_t>(b), cached, nc, stored, ns);
       }
       write_rows(cached, nc, stored, ns, ts[f].kind, ts[f].rbytes, dim, F, f, out,
                  [&](int64_t b) { return reinterpret_cast<const float*>(src_of(b)); }, src_of);
@@ -130,10 +126,7 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
           __builtin_prefetch(t.tags + t.set_of(row_of(b + kRowAhead)) * kWays);
         const int64_t s = t.find(row_of(b));
         slot[b - c0] = static_cast<int32_t>(s);
-        cached[nc] = static_cast<int32_t>(b);
-        stored[ns] = static_cast<int32_t>(b);
-        nc += s >= 0;
-        ns += s < 0;
+        append_either(s >= 0, static_cast<int32_t>(b), cached, nc, stored, ns);
       }
       write_rows(cached, nc, stored, ns, t.kind, t.rbytes, dim, F, f, out,
                  [&](int64_t b) { return static_cast<const float*>(t.cache_row(slot[b - c0])); },

@@ -47,22 +47,26 @@ struct TableView {
     if (set_magic == 0) return row / sets;
     return static_cast<int64_t>((static_cast<unsigned __int128>(set_magic) * row) >> 64);
   }
-  int64_t find(int64_t row) const {
-    if (sets == 0) return -1;
-    const int64_t s = set_of(row), q = tag_of(row);
+  // The ways of set s whose tag is `tag`, one bit each (bit w: way w; tag -1: the empty
+  // ways). SSE2 (part of x86-64) compares the set's 8 tags at once: no branch per way.
+  uint32_t ways_tagged(int64_t s, int16_t tag) const {
     const int16_t* t = tags + s * kWays;
 #if defined(__SSE2__)
-    // the set's 8 tags compared at once (SSE2 is part of x86-64): no branch per way
     static_assert(kWays == 8, "one 16-byte compare per set");
     const __m128i eq = _mm_cmpeq_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)),
-                                       _mm_set1_epi16(static_cast<int16_t>(q)));
-    const int mask = _mm_movemask_epi8(eq);
-    return mask ? s * kWays + (__builtin_ctz(mask) >> 1) : -1;
+                                       _mm_set1_epi16(tag));
+    return static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(eq, _mm_setzero_si128())));
 #else
-    for (int w = 0; w < kWays; ++w)
-      if (t[w] == q) return s * kWays + w;
-    return -1;
+    uint32_t ways = 0;
+    for (int w = 0; w < kWays; ++w) ways |= static_cast<uint32_t>(t[w] == tag) << w;
+    return ways;
 #endif
+  }
+  int64_t find(int64_t row) const {
+    if (sets == 0) return -1;
+    const int64_t s = set_of(row);
+    const uint32_t ways = ways_tagged(s, static_cast<int16_t>(tag_of(row)));
+    return ways ? s * kWays + __builtin_ctz(ways) : -1;
   }
   // Slot holding `row` now: the plan's `hint` when it still holds the row, else a search.
   int64_t current_slot(int64_t row, int64_t hint) const {
