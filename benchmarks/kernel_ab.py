@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 from _figures import save_figure
 from embedding import reexec_with_malloc_env
@@ -95,7 +96,12 @@ def run(args: argparse.Namespace) -> dict:
             groups[side, kind] = MixedPrecisionEmbeddingCollection(cards, DIM, spec, seed=0).group
 
     def cycle(side: str, kind: str, step: int) -> float:
-        k, t = CompiledKernels(exts[side]), groups[side, kind].tensors()
+        t, ext = groups[side, kind].tensors(), exts[side]
+        if hasattr(ext, "TableSet"):
+            k = CompiledKernels(ext)
+            t = k.bind(t)  # as a table group does: validated once
+        else:
+            k = ListKernels(ext)
         start = time.thread_time()
         for i, b in enumerate(batches):
             plan = k.admit(t, b["ids"], 0, 2 * (step + i))
@@ -184,6 +190,24 @@ def parse_args() -> argparse.Namespace:
     if found.returncode != 0:
         parser.error(f"--base: {args.base!r} is not a git revision of {REPO}")
     return args
+
+
+class ListKernels:
+    """The training kernels of a revision before ``TableSet``: tables as lists on every call."""
+
+    def __init__(self, ext: ModuleType) -> None:
+        self._ext = ext
+
+    def admit(self, t, ids, seed, step):  # noqa: ANN001, ANN201, D102
+        from ssl_rec.hardware.kernels.layout import Plan
+
+        return Plan(*self._ext.admit(*t, ids, seed, step, [], True))
+
+    def gather(self, t, plan):  # noqa: ANN001, ANN201, D102
+        return self._ext.gather(*t, tuple(plan))
+
+    def update(self, t, plan, grad, seed, step) -> None:  # noqa: ANN001, D102
+        self._ext.update(*t, tuple(plan), grad, seed, step)
 
 
 def main() -> None:

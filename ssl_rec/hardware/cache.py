@@ -15,8 +15,9 @@ compiled twin); this module owns the buffers, geometry and statistics.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
+from ssl_rec.hardware import huge_pages
+from ssl_rec.hardware.buffer_epoch import TracksReplacement
 from ssl_rec.hardware.kernels.layout import CACHE_WAYS, EMPTY_TAG
 from ssl_rec.hardware.spec import TableSpec
 
@@ -69,7 +70,7 @@ def cache_metadata_bytes(sets: int, policy: str) -> int:
     return sets * CACHE_WAYS * 2 + state + 4 * 8
 
 
-class RowCache(nn.Module):
+class RowCache(TracksReplacement):
     """Buffers of one table's FP32 cache.
 
     Args:
@@ -99,7 +100,7 @@ class RowCache(nn.Module):
         self.policy = spec.cache_policy
         slots = self.sets * CACHE_WAYS
         state_cols = 1 if self.policy == "lru" else CACHE_WAYS
-        self.register_buffer("rows", torch.zeros(slots, dim))
+        self.register_buffer("rows", huge_pages.zeros((slots, dim)))
         tags = torch.full((self.sets, CACHE_WAYS), EMPTY_TAG, dtype=torch.int16)
         self.register_buffer("tags", tags)
         self.register_buffer("state", torch.zeros(self.sets, state_cols, dtype=torch.uint8))

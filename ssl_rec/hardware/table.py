@@ -14,8 +14,9 @@ import tempfile
 from typing import NamedTuple
 
 import torch
-from torch import nn
 
+from ssl_rec.hardware import huge_pages
+from ssl_rec.hardware.buffer_epoch import TracksReplacement
 from ssl_rec.hardware.cache import RowCache
 from ssl_rec.hardware.kernels.layout import MAX_ADMISSION, OPTIMIZER_CODES, POLICY_CODES
 from ssl_rec.hardware.memory import table_memory
@@ -47,7 +48,7 @@ class RowShard(NamedTuple):
 
 def _open_store(shape: tuple[int, int], dtype: torch.dtype, path: str | None) -> torch.Tensor:
     if path is None:
-        return torch.empty(shape, dtype=dtype)
+        return huge_pages.empty(shape, dtype)
     numel = shape[0] * shape[1]
     # shared=True maps the file MAP_SHARED: pages are read on demand and written back by the
     # OS, so only the cache and the touched pages need RAM.
@@ -71,7 +72,7 @@ def _store_in_dir(shape: tuple[int, int], dtype: torch.dtype, directory: str,
         os.unlink(path)
 
 
-class EmbeddingTable(nn.Module):
+class EmbeddingTable(TracksReplacement):
     """One table: low-precision store, optional FP32 cache, row-wise optimizer state.
 
     Args:
@@ -121,7 +122,7 @@ class EmbeddingTable(nn.Module):
             store = _open_store(shape, spec.precision.dtype, store_path)
         self.register_buffer("store", store)
         mom_rows = num_rows if spec.optimizer == "rowwise_adagrad" else 0
-        self.register_buffer("momentum", torch.zeros(mom_rows))
+        self.register_buffer("momentum", huge_pages.zeros((mom_rows,)))
         self.cache = RowCache(num_rows, dim, spec, sets=shard.cache_sets)
 
     @torch.no_grad()

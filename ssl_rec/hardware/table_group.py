@@ -19,6 +19,8 @@ import dataclasses
 import torch
 from torch import nn
 
+from ssl_rec.hardware import buffer_epoch
+from ssl_rec.hardware.kernels.compiled import CompiledKernels
 from ssl_rec.hardware.kernels.dispatch import get_kernels, require_training_kernels
 from ssl_rec.hardware.kernels.layout import Plan, TableTensors
 from ssl_rec.hardware.memory import summarize
@@ -84,12 +86,41 @@ class TableGroup(nn.Module):
         self._low_precision = any(t.spec.precision is not Precision.fp32 for t in tables)
         self.queue = AdmissionQueue()
         self._scheduled: tuple[torch.Tensor, bool] | None = None
+        self._kept_tensors: tuple[tuple, TableTensors] | None = None
         # Saving or loading waits for an admission in flight (it writes these buffers).
         self.register_state_dict_pre_hook(_wait_hook)
         self._register_load_state_dict_pre_hook(_wait_hook, with_module=True)
 
+    def __getstate__(self) -> dict:
+        # The kept view holds a compiled handle, which neither pickles nor deep-copies.
+        return {**super().__getstate__(), "_kept_tensors": None}
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202 - nn.Module's signature
+        self._kept_tensors = None  # let the old tensors go before new ones are made
+        return super()._apply(fn, recurse)
+
     def tensors(self, tables: list[int] | None = None) -> TableTensors:
-        """The kernels' view of (a subset of) the tables."""
+        """The kernels' view of (a subset of) the tables.
+
+        The view of all tables is kept, with the compiled kernels' validated handle, until a
+        table's tensor or module is replaced (``buffer_epoch``) or the kernels change.
+        """
+        if tables is not None:
+            return self._build_tensors(tables)
+        return self._kernel_view(get_kernels())
+
+    def _kernel_view(self, kernels) -> TableTensors:  # noqa: ANN001 - either kernels
+        key = (buffer_epoch.current(), kernels, tuple(self.tables._modules.values()))
+        kept = self._kept_tensors
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        t = self._build_tensors(None)
+        if isinstance(kernels, CompiledKernels):
+            t = kernels.bind(t)
+        self._kept_tensors = (key, t)
+        return t
+
+    def _build_tensors(self, tables: list[int] | None) -> TableTensors:
         # The buffer dicts, not module attributes: ``nn.Module.__getattr__`` costs about a
         # microsecond a lookup, and a kernel call needs six per table. ``Module._apply``
         # (``.to()``, ``.float()``) replaces entries of these same dicts, so they stay current.
@@ -143,7 +174,8 @@ class TableGroup(nn.Module):
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Current values (cache if cached, else store): float32[B, T, D], no side effects."""
         self.wait()
-        return get_kernels().forward(self.tensors(), ids)
+        kernels = get_kernels()
+        return kernels.forward(self._kernel_view(kernels), ids)
 
     def _training_kernels(self):
         if self._low_precision:
@@ -158,7 +190,8 @@ class TableGroup(nn.Module):
         self.wait()
         kernels = self._training_kernels()
         step = int(self.step)  # taken only once the kernels accept the batch
-        plan = kernels.admit(self.tensors(), ids, self.seed, step, self.queue.pending, parallel)
+        view = self._kernel_view(kernels)
+        plan = kernels.admit(view, ids, self.seed, step, self.queue.pending, parallel)
         self.step.add_(1)  # in place: no Module.__setattr__ per step
         self.queue.add_pending(plan)
         return plan
@@ -174,7 +207,11 @@ class TableGroup(nn.Module):
         ids = self._prefetch_ids(ids)
         self.wait()
         kernels = self._training_kernels()
-        step, tensors, locks = self._next_step(), self.tensors(), list(self.queue.pending)
+        step, tensors, locks = (
+            self._next_step(),
+            self._kernel_view(kernels),
+            list(self.queue.pending),
+        )
 
         def admit() -> Plan:
             return kernels.admit(tensors, ids, self.seed, step, locks, not background)
@@ -201,14 +238,16 @@ class TableGroup(nn.Module):
         Runs beside an admission in flight: it reads only the plan's locked slots and store
         rows no admission writes.
         """
-        return get_kernels().gather(self.tensors(), plan)
+        kernels = get_kernels()
+        return kernels.gather(self._kernel_view(kernels), plan)
 
     def apply_update(self, plan: Plan, grad: torch.Tensor) -> None:
         """Fused optimizer step for gradient float32[B, T, D] of the output of ``plan``."""
         self.wait()
         self.queue.done(plan)
         grad = grad.to(torch.float32).contiguous()
-        get_kernels().update(self.tensors(), plan, grad, self.seed, self._next_step())
+        kernels = get_kernels()
+        kernels.update(self._kernel_view(kernels), plan, grad, self.seed, self._next_step())
 
     def forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:
         """Look up one id per (sample, table).

@@ -12,7 +12,7 @@ from ssl_rec.hardware.kernels.layout import Plan, TableTensors
 __all__ = ["CompiledKernels"]
 
 
-def _tables(t: TableTensors) -> tuple:
+def _lists(t: TableTensors) -> tuple:
     return (
         t.stores,
         t.cache_rows,
@@ -23,6 +23,12 @@ def _tables(t: TableTensors) -> tuple:
         t.meta,
         t.hparams,
     )
+
+
+class _BoundTables(TableTensors):
+    """TableTensors carrying the extension's handle of them (see ``CompiledKernels.bind``)."""
+
+    handle: object
 
 
 class CompiledKernels:
@@ -36,6 +42,21 @@ class CompiledKernels:
     def __init__(self, ext: ModuleType) -> None:
         self._ext = ext
 
+    def bind(self, t: TableTensors) -> TableTensors:
+        """``t`` with a validated handle: calls given it skip converting and checking the lists.
+
+        The handle holds ``t``'s tensors as they are now: a tensor changed in place (moved,
+        reshaped) is validated again on the next call; one put in place of another (in the
+        lists or in their owner) needs a new ``bind``. ``_replace`` drops the handle.
+        """
+        bound = _BoundTables._make(t)
+        bound.handle = self._ext.TableSet(*_lists(t))
+        return bound
+
+    def _tables(self, t: TableTensors):  # noqa: ANN202 - the extension's TableSet
+        h = getattr(t, "handle", None)
+        return h if isinstance(h, self._ext.TableSet) else self._ext.TableSet(*_lists(t))
+
     @property
     def simd(self) -> str:
         """The instruction-set variant in use: ``portable``, ``avx2`` or ``avx512``."""
@@ -43,7 +64,7 @@ class CompiledKernels:
 
     def forward(self, t: TableTensors, ids: torch.Tensor) -> torch.Tensor:
         """See :func:`reference.forward`."""
-        return self._ext.lookup(*_tables(t), ids)
+        return self._ext.lookup(self._tables(t), ids)
 
     def admit(
         self,
@@ -55,16 +76,16 @@ class CompiledKernels:
         parallel: bool = True,
     ) -> Plan:
         """See :func:`reference.admit`; ``parallel=False`` keeps it on the calling thread."""
-        return Plan(*self._ext.admit(*_tables(t), ids, seed, step, [tuple(p) for p in locks],
-                                     parallel))  # fmt: skip
+        locks = [tuple(p) for p in locks]
+        return Plan(*self._ext.admit(self._tables(t), ids, seed, step, locks, parallel))
 
     def gather(self, t: TableTensors, plan: Plan) -> torch.Tensor:
         """See :func:`reference.gather`."""
-        return self._ext.gather(*_tables(t), tuple(plan))
+        return self._ext.gather(self._tables(t), tuple(plan))
 
     def update(self, t: TableTensors, plan: Plan, grad: torch.Tensor, seed: int, step: int) -> None:
         """See :func:`reference.update`."""
-        self._ext.update(*_tables(t), tuple(plan), grad, seed, step)
+        self._ext.update(self._tables(t), tuple(plan), grad, seed, step)
 
     def serve_lookup(self, t: TableTensors, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids int64[B, T]`` of uncached tables: ``float32[B, T, D]`` (inference).
@@ -72,7 +93,7 @@ class CompiledKernels:
         INT8 rows are dequantized with FBGEMM's rounding (``fma(scale, q, bias)`` on AVX2 /
         AVX-512), so the result equals ``torch.ops.quantized``'s row-wise ops bit for bit.
         """
-        return self._ext.serve_lookup(*_tables(t), ids)
+        return self._ext.serve_lookup(self._tables(t), ids)
 
     def interaction(self, vectors: torch.Tensor) -> torch.Tensor:
         """DLRM's pairwise dot products: ``float32[B, N, D] -> float32[B, N * (N - 1) / 2]``.
@@ -105,7 +126,7 @@ class CompiledKernels:
             column: where the pairs start, ``column + P <= C``.
 
         """
-        self._ext.serve_interaction(*_tables(t), ids, first, out, column)
+        self._ext.serve_interaction(self._tables(t), ids, first, out, column)
 
     def bag_lookup(
         self,

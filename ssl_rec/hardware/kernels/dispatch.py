@@ -140,6 +140,11 @@ def _auto() -> tuple[ModuleType | CompiledKernels, str | None]:
         return reference, reason
 
 
+@functools.lru_cache(maxsize=1)
+def _compiled() -> CompiledKernels:
+    return CompiledKernels(load_compiled())
+
+
 def get_kernels() -> ModuleType | CompiledKernels:
     """The kernels to use, chosen by ``SSL_REC_KERNELS`` (``auto | compiled | reference``).
 
@@ -152,7 +157,7 @@ def get_kernels() -> ModuleType | CompiledKernels:
     if choice == "reference":
         return reference
     if choice == "compiled":
-        return CompiledKernels(load_compiled())
+        return _compiled()
     return _auto()[0]
 
 

@@ -265,9 +265,8 @@ void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B,
 
 }  // namespace
 
-Plan admit(const Tables& tables, const at::Tensor& ids, int64_t seed, int64_t step,
+Plan admit(const std::vector<TableView>& ts, const at::Tensor& ids, int64_t seed, int64_t step,
            const std::vector<Plan>& locks, bool parallel) {
-  const std::vector<TableView> ts = table_views(tables);
   check_ids(ids, ts);
   for (const Plan& p : locks) check_plan(p, ts, "lock plan");
   const int64_t B = ids.size(0), F = ids.size(1);

@@ -113,6 +113,59 @@ std::vector<TableView> table_views(const Tables& t) {
   return views;
 }
 
+namespace {
+
+// Appends what validation depends on: address, dtype, shape and strides.
+void append_layout(const at::Tensor& x, std::vector<int64_t>& out) {
+  out.push_back(x.defined() ? reinterpret_cast<int64_t>(x.data_ptr()) : 0);
+  if (!x.defined()) return;
+  out.push_back(static_cast<int64_t>(x.scalar_type()));
+  out.push_back(x.dim());
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    out.push_back(x.size(d));
+    out.push_back(x.stride(d));
+  }
+}
+
+}  // namespace
+
+TableSet::TableSet(Tables tables) : tables_(std::move(tables)) {
+  views_ = table_views(tables_);
+  fingerprint_ = fingerprint();
+}
+
+std::vector<int64_t> TableSet::fingerprint() const {
+  std::vector<int64_t> out;
+  out.reserve(fingerprint_.size());
+  const TensorList* lists[] = {&tables_.stores, &tables_.cache_rows, &tables_.cache_tags,
+                               &tables_.cache_state, &tables_.stats, &tables_.momentum};
+  for (const TensorList* l : lists)
+    for (const at::Tensor& x : *l) append_layout(x, out);
+  append_layout(tables_.hparams, out);
+  append_layout(tables_.meta, out);
+  if (tables_.meta.defined() && tables_.meta.scalar_type() == at::kLong &&
+      tables_.meta.is_contiguous()) {
+    const int64_t* m = tables_.meta.data_ptr<int64_t>();
+    out.insert(out.end(), m, m + tables_.meta.numel());
+  }
+  return out;
+}
+
+std::vector<TableView> TableSet::views() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<int64_t> now = fingerprint();
+  if (now != fingerprint_) {
+    views_ = table_views(tables_);  // throws (and keeps the old state) when now invalid
+    fingerprint_ = std::move(now);
+  }
+  const float* hp = tables_.hparams.data_ptr<float>();
+  for (size_t f = 0; f < views_.size(); ++f) {
+    views_[f].lr = hp[2 * f];
+    views_[f].eps = hp[2 * f + 1];
+  }
+  return views_;
+}
+
 void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts) {
   const int64_t F = static_cast<int64_t>(ts.size());
   expect(ids, at::kLong, 2, "ids");

@@ -34,9 +34,8 @@ void group_samples(const int32_t* inverse, int64_t B, int64_t U, std::vector<int
 
 }  // namespace
 
-at::Tensor gather(const Tables& tables, const Plan& p) {
+at::Tensor gather(const std::vector<TableView>& ts, const Plan& p) {
   PhaseTimer timer(kGather);
-  const std::vector<TableView> ts = table_views(tables);
   check_plan(p, ts, "plan");
   const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(1);
   const int64_t dim = F ? ts[0].dim : 0;
@@ -61,9 +60,8 @@ at::Tensor gather(const Tables& tables, const Plan& p) {
   return out;
 }
 
-void update(const Tables& tables, const Plan& p, const at::Tensor& grad, int64_t seed,
-            int64_t step) {
-  const std::vector<TableView> ts = table_views(tables);
+void update(const std::vector<TableView>& ts, const Plan& p, const at::Tensor& grad,
+            int64_t seed, int64_t step) {
   check_plan(p, ts, "plan");
   check_grad(grad, p, ts);
   const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(1);
@@ -97,8 +95,7 @@ void update(const Tables& tables, const Plan& p, const at::Tensor& grad, int64_t
   });
 }
 
-at::Tensor lookup(const Tables& tables, const at::Tensor& ids) {
-  const std::vector<TableView> ts = table_views(tables);
+at::Tensor lookup(const std::vector<TableView>& ts, const at::Tensor& ids) {
   check_ids(ids, ts);
   const int64_t B = ids.size(0), F = ids.size(1), dim = F ? ts[0].dim : 0;
   auto out = at::empty({B, F, dim}, at::kFloat);
@@ -133,13 +130,11 @@ at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& i
 
 namespace {
 
-// The tables' views after the serving checks (ids in range, no cache).
-std::vector<TableView> serve_views(const Tables& tables, const at::Tensor& ids) {
-  std::vector<TableView> ts = table_views(tables);
+// The serving checks: ids in range, no cache.
+void check_serve(const std::vector<TableView>& ts, const at::Tensor& ids) {
   check_ids(ids, ts);
   for (size_t f = 0; f < ts.size(); ++f)
     TORCH_CHECK_VALUE(ts[f].sets == 0, "serve_lookup: table ", f, " has a cache");
-  return ts;
 }
 
 void serve_rows_into(const std::vector<TableView>& ts, const at::Tensor& ids, float* out,
@@ -153,17 +148,17 @@ void serve_rows_into(const std::vector<TableView>& ts, const at::Tensor& ids, fl
 
 }  // namespace
 
-at::Tensor serve_lookup(const Tables& tables, const at::Tensor& ids) {
-  const std::vector<TableView> ts = serve_views(tables, ids);
+at::Tensor serve_lookup(const std::vector<TableView>& ts, const at::Tensor& ids) {
+  check_serve(ts, ids);
   const int64_t B = ids.size(0), F = ids.size(1), dim = F ? ts[0].dim : 0;
   auto out = at::empty({B, F, dim}, at::kFloat);
   serve_rows_into(ts, ids, out.data_ptr<float>(), F * dim);
   return out;
 }
 
-void serve_interaction(const Tables& tables, const at::Tensor& ids, const at::Tensor& first,
-                       const at::Tensor& out, int64_t column) {
-  const std::vector<TableView> ts = serve_views(tables, ids);
+void serve_interaction(const std::vector<TableView>& ts, const at::Tensor& ids,
+                       const at::Tensor& first, const at::Tensor& out, int64_t column) {
+  check_serve(ts, ids);
   check_serve_interaction(ids, ts, first, out, column);
   const int64_t B = ids.size(0), F = ids.size(1), N = F + 1, dim = first.size(1);
   if (B == 0 || N < 2) return;

@@ -7,16 +7,19 @@
 namespace py = pybind11;
 using sslrec::Plan;
 using sslrec::Tables;
+using sslrec::TableSet;
 using sslrec::TensorList;
 
 namespace {
 
-Tables tables_of(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-                 TensorList cache_state, TensorList stats, TensorList momentum, at::Tensor meta,
-                 at::Tensor hparams) {
-  return Tables{std::move(stores), std::move(cache_rows), std::move(cache_tags),
-                std::move(cache_state), std::move(stats), std::move(momentum),
-                std::move(meta), std::move(hparams)};
+std::shared_ptr<TableSet> table_set(TensorList stores, TensorList cache_rows,
+                                    TensorList cache_tags, TensorList cache_state,
+                                    TensorList stats, TensorList momentum, at::Tensor meta,
+                                    at::Tensor hparams) {
+  return std::make_shared<TableSet>(
+      Tables{std::move(stores), std::move(cache_rows), std::move(cache_tags),
+             std::move(cache_state), std::move(stats), std::move(momentum), std::move(meta),
+             std::move(hparams)});
 }
 
 using PlanTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
@@ -25,57 +28,48 @@ Plan plan_of(const PlanTuple& p) {
   return Plan{std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p)};
 }
 
-PlanTuple admit(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-                TensorList cache_state, TensorList stats, TensorList momentum, at::Tensor meta,
-                at::Tensor hparams, at::Tensor ids, int64_t seed, int64_t step,
-                std::vector<PlanTuple> locks, bool parallel) {
+// Each entry copies its tensor handles while it holds the GIL and releases the GIL only
+// around the kernel: copying or dropping a handle of a Python-owned tensor without the GIL
+// makes PyTorch take the GIL for it, once per tensor.
+PlanTuple admit(const TableSet& t, const at::Tensor& ids, int64_t seed, int64_t step,
+                const std::vector<PlanTuple>& locks, bool parallel) {
   std::vector<Plan> lock_plans;
   for (const PlanTuple& p : locks) lock_plans.push_back(plan_of(p));
-  const Plan out = sslrec::admit(
-      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      ids, seed, step, lock_plans, parallel);
+  Plan out;
+  {
+    py::gil_scoped_release nogil;
+    out = sslrec::admit(t.views(), ids, seed, step, lock_plans, parallel);
+  }
   return {out.rows, out.num_unique, out.inverse, out.slots};
 }
 
-at::Tensor gather(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-                  TensorList cache_state, TensorList stats, TensorList momentum,
-                  at::Tensor meta, at::Tensor hparams, PlanTuple plan) {
-  return sslrec::gather(
-      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      plan_of(plan));
+at::Tensor gather(const TableSet& t, const PlanTuple& plan) {
+  const Plan p = plan_of(plan);
+  py::gil_scoped_release nogil;
+  return sslrec::gather(t.views(), p);
 }
 
-void update(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-            TensorList cache_state, TensorList stats, TensorList momentum, at::Tensor meta,
-            at::Tensor hparams, PlanTuple plan, at::Tensor grad, int64_t seed, int64_t step) {
-  sslrec::update(
-      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      plan_of(plan), grad, seed, step);
+void update(const TableSet& t, const PlanTuple& plan, const at::Tensor& grad, int64_t seed,
+            int64_t step) {
+  const Plan p = plan_of(plan);
+  py::gil_scoped_release nogil;
+  sslrec::update(t.views(), p, grad, seed, step);
 }
 
-at::Tensor lookup(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-                  TensorList cache_state, TensorList stats, TensorList momentum,
-                  at::Tensor meta, at::Tensor hparams, at::Tensor ids) {
-  return sslrec::lookup(
-      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      ids);
+at::Tensor lookup(const TableSet& t, const at::Tensor& ids) {
+  py::gil_scoped_release nogil;
+  return sslrec::lookup(t.views(), ids);
 }
 
-at::Tensor serve_lookup(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-                        TensorList cache_state, TensorList stats, TensorList momentum,
-                        at::Tensor meta, at::Tensor hparams, at::Tensor ids) {
-  return sslrec::serve_lookup(
-      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      ids);
+at::Tensor serve_lookup(const TableSet& t, const at::Tensor& ids) {
+  py::gil_scoped_release nogil;
+  return sslrec::serve_lookup(t.views(), ids);
 }
 
-void serve_interaction(TensorList stores, TensorList cache_rows, TensorList cache_tags,
-                       TensorList cache_state, TensorList stats, TensorList momentum,
-                       at::Tensor meta, at::Tensor hparams, at::Tensor ids, at::Tensor first,
-                       at::Tensor out, int64_t column) {
-  sslrec::serve_interaction(
-      tables_of(stores, cache_rows, cache_tags, cache_state, stats, momentum, meta, hparams),
-      ids, first, out, column);
+void serve_interaction(const TableSet& t, const at::Tensor& ids, const at::Tensor& first,
+                       const at::Tensor& out, int64_t column) {
+  py::gil_scoped_release nogil;
+  sslrec::serve_interaction(t.views(), ids, first, out, column);
 }
 
 // Seconds per phase since the last reset; switches the counters on (or off with `on`).
@@ -100,15 +94,17 @@ int64_t row_bytes(int64_t kind, int64_t dim) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   const auto nogil = py::call_guard<py::gil_scoped_release>();
-  m.def("admit", &admit, "cache admission of a batch; returns its plan", nogil);
-  m.def("gather", &gather, "values of an admitted batch: float32[B, F, D]", nogil);
-  m.def("update", &update, "fused backward: per-row gradient sum, optimizer, write", nogil);
-  m.def("lookup", &lookup, "eval lookup (cache, else store) without side effects", nogil);
-  m.def("serve_lookup", &serve_lookup, "inference lookup of uncached tables, FBGEMM's rounding",
-        nogil);
+  py::class_<TableSet, std::shared_ptr<TableSet>>(m, "TableSet",
+                                                  "validated tables passed to the kernels")
+      .def(py::init(&table_set));
+  m.def("admit", &admit, "cache admission of a batch; returns its plan");
+  m.def("gather", &gather, "values of an admitted batch: float32[B, F, D]");
+  m.def("update", &update, "fused backward: per-row gradient sum, optimizer, write");
+  m.def("lookup", &lookup, "eval lookup (cache, else store) without side effects");
+  m.def("serve_lookup", &serve_lookup, "inference lookup of uncached tables, FBGEMM's rounding");
   m.def("interaction", &sslrec::interaction, "upper triangle of V V^T per sample", nogil);
   m.def("serve_interaction", &serve_interaction,
-        "interaction of [first, serve_lookup(ids)] per sample, into out[:, column:]", nogil);
+        "interaction of [first, serve_lookup(ids)] per sample, into out[:, column:]");
   m.def("bag_lookup", &sslrec::bag_lookup, "INT8/INT4 sum-pooled inference lookup", nogil);
   m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
   m.def("num_kinds", [] { return static_cast<int64_t>(sslrec::kNumKinds); });

@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <mutex>
 #include <vector>
 
 #include "tables.h"
@@ -30,6 +31,24 @@ struct Plan {
 };
 
 std::vector<TableView> table_views(const Tables& t);
+
+// The tables, validated once and kept between kernel calls (Python holds it as a handle):
+// converting and validating every table's tensors on each call costs more than a small
+// batch's kernels. views() compares each tensor's address, dtype, shape and strides and the
+// metadata with what was validated, validates again when anything moved, and re-reads the
+// learning rates, so no kernel ever runs on unchecked memory.
+class TableSet {
+ public:
+  explicit TableSet(Tables tables);
+  std::vector<TableView> views() const;
+
+ private:
+  std::vector<int64_t> fingerprint() const;
+  Tables tables_;
+  mutable std::mutex mutex_;
+  mutable std::vector<TableView> views_;
+  mutable std::vector<int64_t> fingerprint_;
+};
 void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts);
 void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* what);
 void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableView>& ts);
@@ -39,19 +58,19 @@ void check_vectors(const at::Tensor& vectors);
 void check_serve_interaction(const at::Tensor& ids, const std::vector<TableView>& ts,
                              const at::Tensor& first, const at::Tensor& out, int64_t column);
 
-at::Tensor lookup(const Tables& t, const at::Tensor& ids);
-Plan admit(const Tables& t, const at::Tensor& ids, int64_t seed, int64_t step,
+at::Tensor lookup(const std::vector<TableView>& ts, const at::Tensor& ids);
+Plan admit(const std::vector<TableView>& ts, const at::Tensor& ids, int64_t seed, int64_t step,
            const std::vector<Plan>& locks, bool parallel);
-at::Tensor gather(const Tables& t, const Plan& p);
-void update(const Tables& t, const Plan& p, const at::Tensor& grad, int64_t seed, int64_t step);
+at::Tensor gather(const std::vector<TableView>& ts, const Plan& p);
+void update(const std::vector<TableView>& ts, const Plan& p, const at::Tensor& grad, int64_t seed, int64_t step);
 at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                       const at::Tensor& offsets, int64_t dim);
-at::Tensor serve_lookup(const Tables& t, const at::Tensor& ids);
+at::Tensor serve_lookup(const std::vector<TableView>& ts, const at::Tensor& ids);
 at::Tensor interaction(const at::Tensor& vectors);
 // DLRM's lookup and interaction in one pass: for each sample b, the interaction of the
 // 1 + T vectors first[b], serve_lookup(ids)[b] is written into out[b, column : column + P]
 // (P = (1 + T) T / 2); the [B, 1 + T, D] vectors exist only a chunk of samples at a time.
-void serve_interaction(const Tables& t, const at::Tensor& ids, const at::Tensor& first,
+void serve_interaction(const std::vector<TableView>& ts, const at::Tensor& ids, const at::Tensor& first,
                        const at::Tensor& out, int64_t column);
 
 // Runs fn(order[i]) for i in [0, n), spread over the intra-op threads with dynamic
