@@ -49,6 +49,7 @@ MALLOC_ENV = {
     "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
     "MALLOC_TOP_PAD_": str(1 << 28),
 }
+THP_ENV = "THP_MEM_ALLOC_ENABLE"
 OURS = {
     "int8_cache5": lambda opt: TableSpec("int8", 0.05, optimizer=opt),
     "int4_cache1": lambda opt: TableSpec("int4", 0.01, optimizer=opt),
@@ -66,12 +67,18 @@ CONFIGS = {
 }
 
 
-def reexec_with_malloc_env() -> None:
-    """Restart once with ``MALLOC_ENV``: glibc reads it at start-up, and otherwise returns
-    large freed outputs to the OS and pays page faults on the next call."""
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+def reexec_with_memory_env(all_huge_pages: bool) -> None:
+    """Restart once with ``MALLOC_ENV`` (glibc reads it at start-up, and otherwise returns
+    large freed outputs to the OS and pays page faults on the next call) and, with
+    ``all_huge_pages``, ``THP_MEM_ALLOC_ENABLE=1``: PyTorch then asks for huge pages for every
+    allocation of 2 MiB or more, FBGEMM's tables, gradients and outputs included."""
+    env = {**MALLOC_ENV, **({THP_ENV: "1"} if all_huge_pages else {})}
+    if all(os.environ.get(k) == v for k, v in env.items()) and (
+        all_huge_pages or THP_ENV not in os.environ
+    ):
         return
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
+    base = {k: v for k, v in os.environ.items() if k != THP_ENV}
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**base, **env})
 
 
 def timed_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
@@ -269,6 +276,9 @@ def environment(fb: dict | None) -> dict:
         "fbgemm_env": {k: v for k, v in os.environ.items() if k.startswith("FBGEMM_")},
         "transparent_hugepages": thp.read_text().strip() if thp.exists() else None,
         "malloc": MALLOC_ENV,
+        # 1: every PyTorch allocation of >= 2 MiB on huge pages (--all-huge-pages); else only
+        # ssl_rec's own table buffers ask for them (ssl_rec.hardware.huge_pages)
+        "thp_mem_alloc_enable": os.environ.get(THP_ENV, "0"),
     }
 
 
@@ -327,6 +337,11 @@ def parse_args() -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(CONFIGS)} (default: all)",
     )
     parser.add_argument(
+        "--all-huge-pages",
+        action="store_true",
+        help=f"run with {THP_ENV}=1: every tensor of >= 2 MiB on huge pages, FBGEMM's too",
+    )
+    parser.add_argument(
         "--training-only",
         action="store_true",
         help="time the training steps only (no lookups, no embedding + MLP steps)",
@@ -342,7 +357,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     """Parse arguments, run, print, write JSON + PNG."""
     args = parse_args()
-    reexec_with_malloc_env()
+    reexec_with_memory_env(args.all_huge_pages)
     cap = 50_000 if args.quick else 250_000
     cards = [min(c, cap) for c in CRITEO_KAGGLE_CARDINALITIES]
     rounds = 5 if args.quick else 15

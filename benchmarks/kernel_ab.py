@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 from _figures import save_figure
-from embedding import reexec_with_malloc_env
+from embedding import reexec_with_memory_env
 
 REPO = Path(__file__).resolve().parents[1]
 CSRC = "ssl_rec/hardware/kernels/csrc"
@@ -213,7 +213,7 @@ class ListKernels:
 def main() -> None:
     """Run the A/B and write its JSON and plot."""
     args = parse_args()
-    reexec_with_malloc_env()
+    reexec_with_memory_env(all_huge_pages=False)
     result = run(args)
     from ssl_rec._io import atomic_write_bytes
 

@@ -94,7 +94,8 @@ int64_t row_bytes(int64_t kind, int64_t dim) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   const auto nogil = py::call_guard<py::gil_scoped_release>();
-  py::class_<TableSet, std::shared_ptr<TableSet>>(m, "TableSet",
+  // module_local: builds of other sources (benchmarks/kernel_ab.py) load beside this one
+  py::class_<TableSet, std::shared_ptr<TableSet>>(m, "TableSet", py::module_local(),
                                                   "validated tables passed to the kernels")
       .def(py::init(&table_set));
   m.def("admit", &admit, "cache admission of a batch; returns its plan");
