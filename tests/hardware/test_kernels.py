@@ -68,6 +68,33 @@ def test_compiled_matches_reference_bit_for_bit(compiled, threads, simd, dim):
     assert int(stats[:, 2].sum()) > 0 and int(stats[:, 3].sum()) > 0  # evictions, store writes
 
 
+def test_updates_find_rows_that_moved_since_their_admission(compiled):
+    """An admission between a plan's admit and update (prefetch), or cache tags written in
+    place (load_state_dict, load_float), may cache rows the plan read from the store or
+    empty its slots: the update must look rows up again, as the reference always does."""
+    emb = MixedPrecisionEmbeddingCollection(CARDS, 16, SPECS, seed=4)
+    a, b = copy.deepcopy(emb.group), copy.deepcopy(emb.group)
+    gen = torch.Generator().manual_seed(5)
+    ta, tb = a.tensors(), b.tensors()
+    for step in range(4):
+        (ids1, grad1), (ids2, grad2) = _batch(gen, 64, 16), _batch(gen, 64, 16)
+        p1a, p1b = reference.admit(ta, ids1, 3, 4 * step), compiled.admit(tb, ids1, 3, 4 * step)
+        if step % 2:  # the next batch admitted ahead, the first plan's rows locked
+            p2a = reference.admit(ta, ids2, 3, 4 * step + 1, [p1a])
+            p2b = compiled.admit(tb, ids2, 3, 4 * step + 1, [p1b])
+        else:  # the caches emptied in place, as load_float does
+            for t in (ta, tb):
+                for tags in t.cache_tags:
+                    tags.fill_(-1)
+        reference.update(ta, p1a, grad1, 3, 4 * step + 2)
+        compiled.update(tb, p1b, grad1, 3, 4 * step + 2)
+        _assert_same_state(ta, tb)
+        if step % 2:
+            reference.update(ta, p2a, grad2, 3, 4 * step + 3)
+            compiled.update(tb, p2b, grad2, 3, 4 * step + 3)
+            _assert_same_state(ta, tb)
+
+
 def test_gather_and_lookup_span_sample_chunks(compiled, threads, simd):
     """Batches longer than the kernels' 256-sample chunks, hits and misses mixed in each."""
     emb = MixedPrecisionEmbeddingCollection(CARDS, 64, SPECS, seed=5)

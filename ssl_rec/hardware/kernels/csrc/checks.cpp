@@ -151,6 +151,39 @@ std::vector<int64_t> TableSet::fingerprint() const {
   return out;
 }
 
+namespace {
+// Admissions started or finished anywhere in the process (each counts twice).
+std::atomic<int64_t> g_admissions{0};
+}  // namespace
+
+int64_t TableSet::tags_version() const {
+  int64_t sum = 0;
+  for (const at::Tensor& x : tables_.cache_tags) {
+    if (!x.defined() || x.is_inference()) return -1;  // no version counter: unknown
+    sum += static_cast<int64_t>(x.unsafeGetTensorImpl()->version_counter().current_version());
+  }
+  return sum;
+}
+
+void TableSet::note_admission_start() const { ++g_admissions; }
+
+void TableSet::note_admission(const Plan& p) const {
+  const int64_t count = ++g_admissions;
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_inverse_ = p.inverse.data_ptr();
+  last_count_ = count;
+  last_tags_version_ = tags_version();
+}
+
+bool TableSet::slots_current(const Plan& p) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // p's inverse is still alive, so no later plan can have reused its memory: equal
+  // addresses mean p is the plan noted last.
+  return last_inverse_ != nullptr && p.inverse.defined() && p.inverse.data_ptr() == last_inverse_ &&
+         g_admissions.load() == last_count_ && last_tags_version_ >= 0 &&
+         tags_version() == last_tags_version_;
+}
+
 std::vector<TableView> TableSet::views() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<int64_t> now = fingerprint();

@@ -61,7 +61,7 @@ at::Tensor gather(const std::vector<TableView>& ts, const Plan& p) {
 }
 
 void update(const std::vector<TableView>& ts, const Plan& p, const at::Tensor& grad,
-            int64_t seed, int64_t step) {
+            int64_t seed, int64_t step, bool slots_current) {
   check_plan(p, ts, "plan");
   check_grad(grad, p, ts);
   const int64_t F = static_cast<int64_t>(ts.size()), B = p.inverse.size(1);
@@ -90,7 +90,8 @@ void update(const std::vector<TableView>& ts, const Plan& p, const at::Tensor& g
     const uint32_t key = stream_key(seed, t.stream, kPurposeUpdate, step);
     const int64_t writes =
         variant().update(t, p.rows.data_ptr<int64_t>() + f * B, p.slots.data_ptr<int32_t>() + f * B,
-                         Groups{start[f].data(), order[f].data()}, gp, F, f, u0, u1, key);
+                         Groups{start[f].data(), order[f].data()}, gp, F, f, u0, u1, key,
+                         slots_current);
     __atomic_fetch_add(t.stats + 3, writes, __ATOMIC_RELAXED);
   });
 }

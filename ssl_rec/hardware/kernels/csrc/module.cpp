@@ -38,7 +38,9 @@ PlanTuple admit(const TableSet& t, const at::Tensor& ids, int64_t seed, int64_t 
   Plan out;
   {
     py::gil_scoped_release nogil;
+    t.note_admission_start();
     out = sslrec::admit(t.views(), ids, seed, step, lock_plans, parallel);
+    t.note_admission(out);
   }
   return {out.rows, out.num_unique, out.inverse, out.slots};
 }
@@ -53,7 +55,7 @@ void update(const TableSet& t, const PlanTuple& plan, const at::Tensor& grad, in
             int64_t step) {
   const Plan p = plan_of(plan);
   py::gil_scoped_release nogil;
-  sslrec::update(t.views(), p, grad, seed, step);
+  sslrec::update(t.views(), p, grad, seed, step, t.slots_current(p));
 }
 
 at::Tensor lookup(const TableSet& t, const at::Tensor& ids) {

@@ -41,9 +41,18 @@ class TableSet {
  public:
   explicit TableSet(Tables tables);
   std::vector<TableView> views() const;
+  // Admission bookkeeping: admit() calls note_admission before and after each admission,
+  // slots_current(p) is true while p is the last plan admitted anywhere in the process and
+  // no cache tag tensor was written in place (load_state_dict, fill_) since.
+  void note_admission_start() const;
+  void note_admission(const Plan& p) const;
+  bool slots_current(const Plan& p) const;
 
  private:
   std::vector<int64_t> fingerprint() const;
+  int64_t tags_version() const;
+  mutable const void* last_inverse_ = nullptr;
+  mutable int64_t last_count_ = -1, last_tags_version_ = -1;
   Tables tables_;
   mutable std::mutex mutex_;
   mutable std::vector<TableView> views_;
@@ -62,7 +71,10 @@ at::Tensor lookup(const std::vector<TableView>& ts, const at::Tensor& ids);
 Plan admit(const std::vector<TableView>& ts, const at::Tensor& ids, int64_t seed, int64_t step,
            const std::vector<Plan>& locks, bool parallel);
 at::Tensor gather(const std::vector<TableView>& ts, const Plan& p);
-void update(const std::vector<TableView>& ts, const Plan& p, const at::Tensor& grad, int64_t seed, int64_t step);
+// slots_current: no admission ran since p's and no cache tag was written in place, so p's
+// slots still say where its rows live (else each row's slot is looked up again).
+void update(const std::vector<TableView>& ts, const Plan& p, const at::Tensor& grad,
+            int64_t seed, int64_t step, bool slots_current = false);
 at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                       const at::Tensor& offsets, int64_t dim);
 at::Tensor serve_lookup(const std::vector<TableView>& ts, const at::Tensor& ids);

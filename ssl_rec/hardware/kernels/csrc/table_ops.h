@@ -139,10 +139,13 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
 // Fused optimizer step of unique rows [u0, u1) of table f: the gradient rows of each unique
 // row summed in sample order (the first one taken as is), rows whose sum is exactly zero
 // skipped, then SGD or row-wise Adagrad into the cache row (exact) or the store row
-// (dequantize, step, stochastic rounding). Returns the number of store writes.
+// (dequantize, step, stochastic rounding). Where a row lives is its plan slot when
+// `slots_current` (no admission since the plan's: its locked rows kept their slots and no
+// other row of it was admitted), else looked up again by tag. Returns the number of store
+// writes.
 inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* slots, Groups g,
                       const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
-                      uint32_t key) {
+                      uint32_t key, bool slots_current) {
   constexpr int64_t kGradAhead = 12;  // gradient rows, in the order they are summed
   const int64_t dim = t.dim, stride = F * dim;
   const float* gf = grad + f * dim;
@@ -160,7 +163,8 @@ inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* sl
                      hint >= 0 ? dim * 4 : t.rbytes);
       if (t.mom) __builtin_prefetch(t.mom + rows[ahead]);
       // the tag current_slot reads: the hint's, or the set's that find searches
-      if (t.sets) __builtin_prefetch(t.tags + (hint >= 0 ? hint : t.set_of(rows[ahead]) * kWays));
+      if (t.sets && !slots_current)
+        __builtin_prefetch(t.tags + (hint >= 0 ? hint : t.set_of(rows[ahead]) * kWays));
     }
     const float* a = gf + g.order[g.start[u]] * stride;
     if (g.start[u] + kGradAhead < last)
@@ -182,7 +186,8 @@ inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* sl
       t.mom[row] = mo;
       mult = t.lr / (std::sqrt(mo) + t.eps);
     }
-    const int64_t slot = t.current_slot(row, slots[u]);
+    const int64_t slot =
+        slots_current ? (t.sets ? slots[u] : -1) : t.current_slot(row, slots[u]);
     if (slot >= 0) {
       sub_scaled(t.cache_row(slot), mult, a, dim);
     } else if (t.kind == kFp32) {

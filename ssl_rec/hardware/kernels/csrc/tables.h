@@ -103,7 +103,7 @@ struct Variant {
                  float* out);
   int64_t (*update)(const TableView& t, const int64_t* rows, const int32_t* slots, Groups g,
                     const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
-                    uint32_t key);
+                    uint32_t key, bool slots_current);
   void (*bag)(int bits, const uint8_t* base, int64_t rb, int64_t dim, const int64_t* ix,
               const int64_t* off, int64_t begin, int64_t end, float* op);
   void (*serve_rows)(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
