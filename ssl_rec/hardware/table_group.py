@@ -15,6 +15,7 @@ while the current batch's dense layers run (see ``prefetch.py``).
 from __future__ import annotations
 
 import dataclasses
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -109,7 +110,7 @@ class TableGroup(nn.Module):
             return self._build_tensors(tables)
         return self._kernel_view(get_kernels())
 
-    def _kernel_view(self, kernels) -> TableTensors:  # noqa: ANN001 - either kernels
+    def _kernel_view(self, kernels: ModuleType | CompiledKernels) -> TableTensors:
         key = (buffer_epoch.current(), kernels, tuple(self.tables._modules.values()))
         kept = self._kept_tensors
         if kept is not None and kept[0] == key:

@@ -131,12 +131,11 @@ void append_layout(const at::Tensor& x, std::vector<int64_t>& out) {
 
 TableSet::TableSet(Tables tables) : tables_(std::move(tables)) {
   views_ = table_views(tables_);
-  fingerprint_ = fingerprint();
+  fingerprint(fingerprint_);
 }
 
-std::vector<int64_t> TableSet::fingerprint() const {
-  std::vector<int64_t> out;
-  out.reserve(fingerprint_.size());
+void TableSet::fingerprint(std::vector<int64_t>& out) const {
+  out.clear();
   const TensorList* lists[] = {&tables_.stores, &tables_.cache_rows, &tables_.cache_tags,
                                &tables_.cache_state, &tables_.stats, &tables_.momentum};
   for (const TensorList* l : lists)
@@ -148,7 +147,6 @@ std::vector<int64_t> TableSet::fingerprint() const {
     const int64_t* m = tables_.meta.data_ptr<int64_t>();
     out.insert(out.end(), m, m + tables_.meta.numel());
   }
-  return out;
 }
 
 namespace {
@@ -186,10 +184,10 @@ bool TableSet::slots_current(const Plan& p) const {
 
 std::vector<TableView> TableSet::views() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<int64_t> now = fingerprint();
-  if (now != fingerprint_) {
+  fingerprint(scratch_);  // into a kept buffer: no allocation per call
+  if (scratch_ != fingerprint_) {
     views_ = table_views(tables_);  // throws (and keeps the old state) when now invalid
-    fingerprint_ = std::move(now);
+    fingerprint_.swap(scratch_);
   }
   const float* hp = tables_.hparams.data_ptr<float>();
   for (size_t f = 0; f < views_.size(); ++f) {

@@ -49,14 +49,15 @@ class TableSet {
   bool slots_current(const Plan& p) const;
 
  private:
-  std::vector<int64_t> fingerprint() const;
+  // What validation depended on: each tensor's address, dtype, shape, strides; the metadata.
+  void fingerprint(std::vector<int64_t>& out) const;
   int64_t tags_version() const;
   mutable const void* last_inverse_ = nullptr;
   mutable int64_t last_count_ = -1, last_tags_version_ = -1;
   Tables tables_;
   mutable std::mutex mutex_;
   mutable std::vector<TableView> views_;
-  mutable std::vector<int64_t> fingerprint_;
+  mutable std::vector<int64_t> fingerprint_, scratch_;
 };
 void check_ids(const at::Tensor& ids, const std::vector<TableView>& ts);
 void check_plan(const Plan& p, const std::vector<TableView>& ts, const char* what);

@@ -186,8 +186,8 @@ inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* sl
       t.mom[row] = mo;
       mult = t.lr / (std::sqrt(mo) + t.eps);
     }
-    const int64_t slot =
-        slots_current ? (t.sets ? slots[u] : -1) : t.current_slot(row, slots[u]);
+    // (an uncached table's plan slots are all -1: check_plan allows no other value)
+    const int64_t slot = slots_current ? slots[u] : t.current_slot(row, slots[u]);
     if (slot >= 0) {
       sub_scaled(t.cache_row(slot), mult, a, dim);
     } else if (t.kind == kFp32) {
