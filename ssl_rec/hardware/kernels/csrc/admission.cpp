@@ -170,8 +170,12 @@ struct Admission {
 // Hit pass, then miss pass, of one table's unique rows; fills slots and the move lists. The
 // rows are first split into hits and misses by their tag compare alone, so that neither
 // list's loop branches on whether a row is cached.
-void assign_slots(const TableView& t, const int64_t* urows, const int32_t* counts, int64_t U,
-                  uint8_t* lock, int32_t* slots, Admission& a) {
+void assign_slots(const TableView& table, const int64_t* urows, const int32_t* counts,
+                  int64_t U, uint8_t* lock, int32_t* slots, Admission& a) {
+  // Local copies: the byte stores below (lock, policy state) may alias any object reached
+  // through a pointer, which would make every iteration reload the table's fields.
+  const TableView t = table;
+  int64_t hit_count = 0, miss_count = 0, evictions = 0;
   thread_local std::vector<int32_t> hit_list, miss_list;
   if (static_cast<int64_t>(hit_list.size()) < U) {
     hit_list.resize(U);
@@ -181,17 +185,19 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
   int32_t* misses = miss_list.data();
   int64_t nh = 0, nm = 0;
   for (int64_t u = 0; u < U; ++u) {
-    if (u + 8 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 8]) * kWays);
     const int64_t slot = t.find(urows[u]);
     slots[u] = static_cast<int32_t>(slot);
     append_either(slot >= 0, static_cast<int32_t>(u), hits, nh, misses, nm);
   }
   for (int64_t i = 0; i < nh; ++i) {
     const int64_t u = hits[i], slot = slots[u];
-    a.hits += counts[u];
+    hit_count += counts[u];
     touch(t, slot / kWays, static_cast<int>(slot % kWays), false);
     lock[slot / kWays] |= 1 << (slot % kWays);
   }
+  a.moves.resize(nm);
+  Move* const moves = a.moves.data();
+  int64_t nmoves = 0;
   for (int64_t i = 0; i < nm; ++i) {
     const int64_t u = misses[i];
     const int64_t row = urows[u], s = t.set_of(row);
@@ -199,28 +205,32 @@ void assign_slots(const TableView& t, const int64_t* urows, const int32_t* count
     const int way =
         counts[u] >= t.admission ? victim(t, s, lock[s]) : empty_way(t, s, lock[s]);
     if (way < 0) {
-      a.misses += counts[u];
+      miss_count += counts[u];
       slots[u] = -1;
       continue;
     }
-    a.misses += 1;
-    a.hits += counts[u] - 1;  // the batch's later samples of the row find it cached
+    miss_count += 1;
+    hit_count += counts[u] - 1;  // the batch's later samples of the row find it cached
     const int64_t slot = s * kWays + way;
     int64_t old = -1;
     if (t.tags[slot] != -1) {
       old = static_cast<int64_t>(t.tags[slot]) * t.sets + s;
       if (t.tags[slot] < -1 || old >= t.rows) {
         a.corrupt_slot = slot;
-        return;
+        break;
       }
-      ++a.evictions;
+      ++evictions;
     }
-    a.moves.push_back({slot, old, row});
+    moves[nmoves++] = Move{slot, old, row};
     t.tags[slot] = static_cast<int16_t>(t.tag_of(row));
     touch(t, s, way, true);
     lock[s] |= 1 << way;
     slots[u] = static_cast<int32_t>(slot);
   }
+  a.moves.resize(nmoves);
+  a.hits = hit_count;
+  a.misses = miss_count;
+  a.evictions = evictions;
 }
 
 void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B,
@@ -244,14 +254,18 @@ void admit_table(const TableView& t, int64_t f, const int64_t* col, int64_t B,
   thread_local Admission a;
   a.hits = a.misses = a.evictions = 0;
   a.corrupt_slot = -1;
-  a.moves.clear();
   {
     PhaseTimer timer(kAssign);
-    lock_plans(locks, f, lock.data(), true);
-    assign_slots(t, urows, counts.data(), U, lock.data(), slots, a);
-    lock_plans(locks, f, lock.data(), false);
-    for (int64_t u = 0; u < U; ++u)
-      if (slots[u] >= 0) lock[slots[u] / kWays] = 0;
+    uint8_t* const lk = lock.data();  // (a thread_local's address costs a call per use)
+    lock_plans(locks, f, lk, true);
+    assign_slots(t, urows, counts.data(), U, lk, slots, a);
+    lock_plans(locks, f, lk, false);
+    // every lock back to zero: the whole array when it is no longer than the rows' list
+    if (t.sets <= U) {
+      std::fill(lk, lk + t.sets, uint8_t{0});
+    } else {
+      for (int64_t u = 0; u < U; ++u) lk[std::max(slots[u], 0) / kWays] = 0;
+    }
   }
   TORCH_CHECK_VALUE(a.corrupt_slot < 0, "table ", f, ": cache tag ", t.tags[a.corrupt_slot],
                     " of slot ", a.corrupt_slot, " names no row of the table's ", t.rows,

@@ -21,7 +21,8 @@ inline void prefetch_write(void* p, int64_t bytes) {
 // rounding, purpose eviction), then the new row's store value fills the slot, in one pass so
 // the slot's lines are read once. Evicted rows are cached and admitted rows are not, so no
 // admission reads a store row another one writes.
-inline void replace(const TableView& t, const Move* m, int64_t n, uint32_t key) {
+inline void replace(const TableView& table, const Move* m, int64_t n, uint32_t key) {
+  const TableView t = table;  // a local copy, as in update
   constexpr int64_t kMoveAhead = 4;  // a move touches up to 8 lines: 32 in flight
   for (int64_t i = 0; i < n; ++i) {
     if (i + kMoveAhead < n) {
@@ -143,9 +144,12 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
 // `slots_current` (no admission since the plan's: its locked rows kept their slots and no
 // other row of it was admitted), else looked up again by tag. Returns the number of store
 // writes.
-inline int64_t update(const TableView& t, const int64_t* rows, const int32_t* slots, Groups g,
-                      const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
+inline int64_t update(const TableView& table, const int64_t* rows, const int32_t* slots,
+                      Groups g, const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
                       uint32_t key, bool slots_current) {
+  // A local copy: the row writes below may alias any object reached through a pointer, which
+  // would make every row reload the table's fields.
+  const TableView t = table;
   constexpr int64_t kGradAhead = 12;  // gradient rows, in the order they are summed
   const int64_t dim = t.dim, stride = F * dim;
   const float* gf = grad + f * dim;
