@@ -7,9 +7,13 @@ can start. On 2 MiB pages the same store spans 9 pages. Linux backs an anonymous
 huge pages when asked (``madvise(MADV_HUGEPAGE)``) before its pages are first written, in its
 default ``madvise`` mode and in ``always`` mode; elsewhere the request does nothing.
 
-PyTorch asks for every allocation of at least 2 MiB when ``THP_MEM_ALLOC_ENABLE=1`` is set
-before it starts; this module asks for the tables' own buffers only, whatever the
-environment. ``SSL_REC_HUGE_PAGES=0`` turns it off.
+The request only holds for pages not yet in memory: a buffer carved from memory the allocator
+got back from an earlier tensor (glibc keeps freed heap memory) would stay on 4 KiB pages. So
+each buffer of at least 2 MiB gets a fresh anonymous mapping of its own, asked for huge pages
+before its first write, and is wrapped as a tensor (``torch.frombuffer``; the tensor keeps the
+mapping alive). PyTorch asks for every allocation of at least 2 MiB when
+``THP_MEM_ALLOC_ENABLE=1`` is set before it starts; this module asks for the tables' own
+buffers only, whatever the environment. ``SSL_REC_HUGE_PAGES=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import math
+import mmap
 import os
 import sys
 
@@ -42,29 +48,38 @@ def _madvise():
     return fn
 
 
-def _advise(t: torch.Tensor) -> None:
-    """Ask for huge pages over the whole 2 MiB pages inside ``t``'s bytes (best effort)."""
-    start = t.data_ptr()
-    first = -(-start // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
-    end = (start + t.numel() * t.element_size()) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
-    if end > first:
-        # A refusal (no THP support, a kernel without MADV_HUGEPAGE) leaves 4 KiB pages.
-        _madvise()(first, end - first, _MADV_HUGEPAGE)
+def _mapped(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """A zero-filled tensor on a fresh mapping of its own, starting on a huge page.
+
+    The mapping is asked for huge pages before any write. None when huge pages are off or the
+    tensor is under one huge page.
+    """
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if not huge_pages_enabled() or nbytes < HUGE_PAGE_BYTES:
+        return None
+    whole_pages = -(-nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
+    # private: a shared anonymous mapping is shared memory, which THP leaves alone
+    region = mmap.mmap(-1, whole_pages + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE)
+    base = torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr()
+    offset = -base % HUGE_PAGE_BYTES
+    # A refusal (no THP support, a kernel without MADV_HUGEPAGE) leaves 4 KiB pages.
+    _madvise()(base + offset, whole_pages, _MADV_HUGEPAGE)
+    return torch.frombuffer(region, dtype=dtype, count=numel, offset=offset).view(shape)
 
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``torch.empty(shape, dtype=dtype)``, on huge pages where the OS grants them.
 
-    The pages are requested before anything writes them, so buffers of at least 2 MiB get
-    huge pages at their first write; smaller ones, or any buffer when
+    Buffers of at least 2 MiB get a fresh mapping asked for huge pages before anything writes
+    it (so their pages are huge from the first write); smaller ones, or any buffer when
     :func:`huge_pages_enabled` is false, are plain ``torch.empty`` tensors.
     """
-    t = torch.empty(shape, dtype=dtype)
-    if huge_pages_enabled() and t.numel() * t.element_size() >= HUGE_PAGE_BYTES:
-        _advise(t)
-    return t
+    t = _mapped(shape, dtype)
+    return torch.empty(shape, dtype=dtype) if t is None else t
 
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``torch.zeros(shape, dtype=dtype)`` on huge pages where granted (see :func:`empty`)."""
-    return empty(shape, dtype).zero_()
+    t = _mapped(shape, dtype)  # a fresh mapping reads as zeros: no fill, no page touched
+    return torch.zeros(shape, dtype=dtype) if t is None else t

@@ -1,6 +1,7 @@
 """Tables passed to the compiled kernels as one validated handle, kept by the table group."""
 
 import copy
+import gc
 import pickle
 import sys
 
@@ -79,12 +80,26 @@ def test_large_buffers_ask_for_huge_pages_over_whole_pages(monkeypatch):
     t = huge_pages.zeros((5 << 20,), torch.uint8)
     assert t.shape == (5 << 20,) and t.dtype == torch.uint8 and int(t.sum()) == 0
     ((addr, length, advice),) = calls
-    assert addr % huge_pages.HUGE_PAGE_BYTES == 0 and length % huge_pages.HUGE_PAGE_BYTES == 0
-    assert t.data_ptr() <= addr and addr + length <= t.data_ptr() + t.numel()
-    # every whole huge page inside the buffer: at most part of one lost at each end
-    assert length > t.numel() - 2 * huge_pages.HUGE_PAGE_BYTES and advice == 14  # MADV_HUGEPAGE
+    # the buffer starts on a huge page of its own mapping; the advice covers all of it
+    assert addr == t.data_ptr() and addr % huge_pages.HUGE_PAGE_BYTES == 0 and advice == 14
+    assert length == 6 << 20  # 5 MiB rounded up to whole huge pages
+    calls.clear()
+    f = huge_pages.empty((3, 1 << 20), torch.float32)  # 12 MiB of floats
+    assert f.shape == (3, 1 << 20) and f.data_ptr() == calls[0][0] and calls[0][1] == 12 << 20
     calls.clear()
     assert huge_pages.empty((1000,)).shape == (1000,) and not calls  # under one huge page
     monkeypatch.setenv("SSL_REC_HUGE_PAGES", "0")
     huge_pages.empty((5 << 20,), torch.uint8)
-    assert not calls
+    assert not calls and int(huge_pages.zeros((5 << 20,), torch.uint8).sum()) == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="huge pages are asked for on Linux only")
+def test_a_mapped_buffer_outlives_its_mapping_object_and_saves_like_any_tensor(tmp_path):
+    """The tensor alone keeps its mapping alive; a saved copy loads as a plain tensor."""
+    t = huge_pages.empty((1 << 20,), torch.float32)
+    gc.collect()  # nothing but the tensor refers to the mapping now
+    t.copy_(torch.arange(1 << 20, dtype=torch.float32))
+    assert float(t[-1]) == (1 << 20) - 1 and t.is_contiguous()
+    torch.save({"t": t}, tmp_path / "t.pt")
+    loaded = torch.load(tmp_path / "t.pt")["t"]
+    assert torch.equal(loaded, t) and loaded.untyped_storage().nbytes() == 4 << 20
