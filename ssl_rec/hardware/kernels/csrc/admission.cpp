@@ -183,12 +183,25 @@ void assign_slots(const TableView& table, const int64_t* urows, const int32_t* c
   }
   int32_t* hits = hit_list.data();
   int32_t* misses = miss_list.data();
-  int64_t nh = 0, nm = 0;
+  // Each row's probe splits it three ways: cached (a hit), or missing with the right to take a
+  // way, or missing below the admission count in a set with no empty way. The last stay
+  // uncached whatever the rows before them do (an assignment only fills empty ways), so
+  // the miss pass never sees them: in steady state, most rows a batch looks up once.
+  int64_t nh = 0, nm = 0, refused_samples = 0;
   for (int64_t u = 0; u < U; ++u) {
-    const int64_t slot = t.find(urows[u]);
-    slots[u] = static_cast<int32_t>(slot);
-    append_either(slot >= 0, static_cast<int32_t>(u), hits, nh, misses, nm);
+    const int64_t row = urows[u], s = t.set_of(row);
+    const uint32_t ways = t.ways_tagged_and_empty(s, static_cast<int16_t>(t.tag_of(row)));
+    const uint32_t hit_ways = ways & 0xFF;
+    const bool hit = hit_ways != 0;
+    const bool refused = !hit && counts[u] < t.admission && (ways >> 8) == 0;
+    slots[u] = hit ? static_cast<int32_t>(s * kWays + __builtin_ctz(hit_ways)) : -1;
+    hits[nh] = static_cast<int32_t>(u);
+    misses[nm] = static_cast<int32_t>(u);
+    nh += hit;
+    nm += !hit && !refused;
+    refused_samples += refused ? counts[u] : 0;
   }
+  miss_count += refused_samples;
   for (int64_t i = 0; i < nh; ++i) {
     const int64_t u = hits[i], slot = slots[u];
     hit_count += counts[u];

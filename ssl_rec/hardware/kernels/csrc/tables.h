@@ -62,6 +62,22 @@ struct TableView {
     return ways;
 #endif
   }
+  // ways_tagged(s, tag) in bits 0-7 and ways_tagged(s, -1) (the empty ways) in bits 8-15,
+  // from one read of the set's tags.
+  uint32_t ways_tagged_and_empty(int64_t s, int16_t tag) const {
+    const int16_t* t = tags + s * kWays;
+#if defined(__SSE2__)
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+    const __m128i eq = _mm_cmpeq_epi16(v, _mm_set1_epi16(tag));
+    const __m128i empty = _mm_cmpeq_epi16(v, _mm_set1_epi16(-1));
+    return static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(eq, empty)));
+#else
+    uint32_t ways = 0;
+    for (int w = 0; w < kWays; ++w)
+      ways |= static_cast<uint32_t>(t[w] == tag) << w | static_cast<uint32_t>(t[w] == -1) << (w + 8);
+    return ways;
+#endif
+  }
   int64_t find(int64_t row) const {
     if (sets == 0) return -1;
     const int64_t s = set_of(row);
