@@ -7,6 +7,8 @@ import os
 import sys
 import warnings
 
+from ssl_rec.hardware.freed_memory import keep_freed_memory
+
 # Dependency messages every run would print that say nothing about the user's run.
 _NOISY_WARNINGS = (
     # Lightning 2.6 on torch 2.13, once per fit (see STACK notes).
@@ -35,7 +37,7 @@ class _DropNoise(logging.Filter):
 
 
 def configure_environment() -> None:
-    """Offline W&B and hubs by default, ``ssl_rec`` info logs on stderr, dependency noise off.
+    """Offline W&B and hubs by default, freed memory kept, ``ssl_rec`` logs on stderr, no noise.
 
     W&B runs offline unless an API key is configured; HuggingFace hubs are never contacted.
     Idempotent: the handler and filters are installed once per process.
@@ -45,6 +47,7 @@ def configure_environment() -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    keep_freed_memory()  # no page faults for each step's fresh outputs and gradients
     for message, category in _NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message, category)
     for name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
