@@ -150,7 +150,7 @@ def test_full_sets_leave_rows_uncached_and_lock_pending_rows(compiled):
         (4, torch.ops.quantized.embedding_bag_4bit_rowwise_offsets),
     ],
 )
-@pytest.mark.parametrize("dim", [32, 72])
+@pytest.mark.parametrize("dim", [16, 32, 64, 72])
 def test_bag_lookup_matches_reference_and_fbgemm(compiled, threads, simd, bits, op, dim):
     gen = torch.Generator().manual_seed(bits)
     store = quantize_rows(torch.randn(300, dim, generator=gen), f"int{bits}")
@@ -163,6 +163,27 @@ def test_bag_lookup_matches_reference_and_fbgemm(compiled, threads, simd, bits, 
     tol = 1e-6 * float(ref.abs().max()) * 80
     torch.testing.assert_close(ours, ref, rtol=1e-6, atol=tol)
     torch.testing.assert_close(ours, op(store, idx, offsets[:-1]), rtol=1e-6, atol=tol)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_bag_lookup_is_the_same_with_avx2_and_avx512(compiled, bits):
+    """Fused multiply-adds of 16 columns or of 8 give the same sums, bit for bit."""
+    ext = compiled._ext
+    if ext.max_simd_level() < 2:
+        pytest.skip("this CPU has no AVX-512")
+    gen = torch.Generator().manual_seed(7)
+    for dim in (16, 32, 64, 128):
+        store = quantize_rows(torch.randn(200, dim, generator=gen), f"int{bits}")
+        idx = torch.randint(0, 200, (400,), generator=gen)
+        offsets = torch.tensor([0, 0, 1, 40, 41, 41, 300, 400])
+        results = []
+        for level in (1, 2):
+            previous = ext.set_simd_level(level)
+            try:
+                results.append(compiled.bag_lookup(store, bits, idx, offsets, dim))
+            finally:
+                ext.set_simd_level(previous)
+        assert torch.equal(results[0], results[1]) and not results[1][0].any()
 
 
 def test_compiled_formats_agree_with_precision(compiled):
