@@ -168,8 +168,8 @@ struct Admission {
 };
 
 // Hit pass, then miss pass, of one table's unique rows; fills slots and the move lists. The
-// rows are first split into hits and misses by their tag compare alone, so that neither
-// list's loop branches on whether a row is cached.
+// rows are first split by one read of their set's tags alone, so that neither list's loop
+// branches on whether a row is cached.
 void assign_slots(const TableView& table, const int64_t* urows, const int32_t* counts,
                   int64_t U, uint8_t* lock, int32_t* slots, Admission& a) {
   // Local copies: the byte stores below (lock, policy state) may alias any object reached
