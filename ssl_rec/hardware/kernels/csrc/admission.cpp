@@ -58,7 +58,8 @@ inline void touch(const TableView& t, int64_t s, int way, bool fresh) {
 
 // The first empty unlocked way of set s, or -1.
 inline int empty_way(const TableView& t, int64_t s, uint8_t locked) {
-  const uint32_t free_ways = t.ways_tagged(s, -1) & ~static_cast<uint32_t>(locked);
+  const uint32_t empty = t.ways_tagged_and_empty(s, -1) >> 8;
+  const uint32_t free_ways = empty & ~static_cast<uint32_t>(locked);
   return free_ways ? __builtin_ctz(free_ways) : -1;
 }
 

@@ -22,20 +22,6 @@ inline float bag_scalar(float scale, float q, float bias, float a, bool first) {
 #endif
 }
 
-// bag_add_int8 for D = 64 known at compile time (AVX-512): four columns blocks, no loop.
-#if SSL_LEVEL == 2
-inline void bag_add_int8_64(const uint8_t* __restrict row, float* __restrict a, bool first) {
-  float scale, bias;
-  read_qparams(8, row, 64, scale, bias);
-  const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);
-  for (int d = 0; d < 64; d += 16) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d));
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
-    _mm512_storeu_ps(a + d, _mm512_fmadd_ps(vs, q, bag_base(a + d, vb, first)));
-  }
-}
-#endif
-
 inline void bag_add_int8(const uint8_t* __restrict row, int64_t dim, float* __restrict a,
                          bool first) {
   float scale, bias;
@@ -125,13 +111,12 @@ inline void bag_rows(const uint8_t* base, int64_t rb, int64_t dim, const int64_t
         __builtin_prefetch(p + rb - 1);
       }
       if constexpr (Bits == 8) {
-#if SSL_LEVEL == 2
+        // D = 64 as a constant: the inlined row step has no column loop and no tail
         if (dim == 64) {
-          bag_add_int8_64(base + ix[i] * rb, o, i == i0);
-          continue;
+          bag_add_int8(base + ix[i] * rb, 64, o, i == i0);
+        } else {
+          bag_add_int8(base + ix[i] * rb, dim, o, i == i0);
         }
-#endif
-        bag_add_int8(base + ix[i] * rb, dim, o, i == i0);
       } else {
         bag_add_int4(base + ix[i] * rb, dim, o, i == i0);
       }

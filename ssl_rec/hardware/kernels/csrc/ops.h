@@ -83,8 +83,8 @@ at::Tensor interaction(const at::Tensor& vectors);
 // DLRM's lookup and interaction in one pass: for each sample b, the interaction of the
 // 1 + T vectors first[b], serve_lookup(ids)[b] is written into out[b, column : column + P]
 // (P = (1 + T) T / 2); the [B, 1 + T, D] vectors exist only a chunk of samples at a time.
-void serve_interaction(const std::vector<TableView>& ts, const at::Tensor& ids, const at::Tensor& first,
-                       const at::Tensor& out, int64_t column);
+void serve_interaction(const std::vector<TableView>& ts, const at::Tensor& ids,
+                       const at::Tensor& first, const at::Tensor& out, int64_t column);
 
 // Runs fn(order[i]) for i in [0, n), spread over the intra-op threads with dynamic
 // scheduling when `parallel` (results never depend on which thread runs a task).

@@ -47,41 +47,30 @@ struct TableView {
     if (set_magic == 0) return row / sets;
     return static_cast<int64_t>((static_cast<unsigned __int128>(set_magic) * row) >> 64);
   }
-  // The ways of set s whose tag is `tag`, one bit each (bit w: way w; tag -1: the empty
-  // ways). SSE2 (part of x86-64) compares the set's 8 tags at once: no branch per way.
-  uint32_t ways_tagged(int64_t s, int16_t tag) const {
-    const int16_t* t = tags + s * kWays;
-#if defined(__SSE2__)
-    static_assert(kWays == 8, "one 16-byte compare per set");
-    const __m128i eq = _mm_cmpeq_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)),
-                                       _mm_set1_epi16(tag));
-    return static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(eq, _mm_setzero_si128())));
-#else
-    uint32_t ways = 0;
-    for (int w = 0; w < kWays; ++w) ways |= static_cast<uint32_t>(t[w] == tag) << w;
-    return ways;
-#endif
-  }
-  // ways_tagged(s, tag) in bits 0-7 and ways_tagged(s, -1) (the empty ways) in bits 8-15,
-  // from one read of the set's tags.
+  // The ways of set s whose tag is `tag` in bits 0-7 (bit w: way w) and its empty ways (tag -1)
+  // in bits 8-15, from one read of the set's tags. SSE2 (part of x86-64) compares the 8 tags
+  // at once: no branch per way.
   uint32_t ways_tagged_and_empty(int64_t s, int16_t tag) const {
     const int16_t* t = tags + s * kWays;
 #if defined(__SSE2__)
+    static_assert(kWays == 8, "one 16-byte compare per set");
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
     const __m128i eq = _mm_cmpeq_epi16(v, _mm_set1_epi16(tag));
     const __m128i empty = _mm_cmpeq_epi16(v, _mm_set1_epi16(-1));
     return static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(eq, empty)));
 #else
     uint32_t ways = 0;
-    for (int w = 0; w < kWays; ++w)
-      ways |= static_cast<uint32_t>(t[w] == tag) << w | static_cast<uint32_t>(t[w] == -1) << (w + 8);
+    for (int w = 0; w < kWays; ++w) {
+      ways |= static_cast<uint32_t>(t[w] == tag) << w;
+      ways |= static_cast<uint32_t>(t[w] == -1) << (w + 8);
+    }
     return ways;
 #endif
   }
   int64_t find(int64_t row) const {
     if (sets == 0) return -1;
     const int64_t s = set_of(row);
-    const uint32_t ways = ways_tagged(s, static_cast<int16_t>(tag_of(row)));
+    const uint32_t ways = ways_tagged_and_empty(s, static_cast<int16_t>(tag_of(row))) & 0xFF;
     return ways ? s * kWays + __builtin_ctz(ways) : -1;
   }
   // Slot holding `row` now: the plan's `hint` when it still holds the row, else a search.
