@@ -42,13 +42,9 @@ from _figures import save_figure
 from ssl_rec._io import atomic_write_json
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.hardware import TableSpec
+from ssl_rec.hardware.freed_memory import MALLOC_ENV  # what the ssl-rec command asks for
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 
-MALLOC_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-    "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
-    "MALLOC_TOP_PAD_": str(1 << 28),
-}
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 OURS = {
     "int8_cache5": lambda opt: TableSpec("int8", 0.05, optimizer=opt),

@@ -19,15 +19,16 @@ import functools
 import os
 import sys
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["MALLOC_ENV", "keep_freed_memory"]
 
-# mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD = -1
-_M_TOP_PAD = -2
-_M_MMAP_THRESHOLD = -3
-# Values as glibc's MALLOC_*_ environment variables would set them: blocks below 1 GiB from
-# the heap, the heap trimmed only above 2 GiB free, grown 256 MiB at a time.
-_SETTINGS = ((_M_MMAP_THRESHOLD, 1 << 30), (_M_TRIM_THRESHOLD, 1 << 31), (_M_TOP_PAD, 1 << 28))
+# (mallopt parameter of malloc.h, value, the environment variable that sets it at start-up)
+_SETTINGS = (
+    (-3, 1 << 30, "MALLOC_MMAP_THRESHOLD_"),  # M_MMAP_THRESHOLD: blocks below 1 GiB from the heap
+    (-1, 1 << 31, "MALLOC_TRIM_THRESHOLD_"),  # M_TRIM_THRESHOLD: trimmed above 2 GiB free only
+    (-2, 1 << 28, "MALLOC_TOP_PAD_"),  # M_TOP_PAD: the heap grown 256 MiB at a time
+)
+# The same settings as environment variables, for a process started with them (benchmarks).
+MALLOC_ENV = {name: str(value) for _, value, name in _SETTINGS}
 
 
 @functools.cache
@@ -52,4 +53,4 @@ def keep_freed_memory() -> bool:
     mallopt = _mallopt()
     if mallopt is None:
         return False
-    return all(mallopt(param, value) == 1 for param, value in _SETTINGS)
+    return all(mallopt(param, value) == 1 for param, value, _ in _SETTINGS)
