@@ -48,27 +48,12 @@ def source_tree(rev: str | None, into: Path) -> Path:
     return into
 
 
-def build(tree: Path, label: str):
+def build(tree: Path, label: str) -> ModuleType:
     """The extension built from ``tree``, named by its sources' hash (rebuilt only on change)."""
-    import os
-
-    from torch.utils import cpp_extension
-
-    from ssl_rec.hardware.kernels import dispatch
+    from ssl_rec.hardware.kernels.dispatch import build_extension
 
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(tree.iterdir()))).hexdigest()
-    name = f"ssl_rec_ab_{label}_{digest[:12]}"
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "ssl_rec"))
-    build_dir = root / name
-    build_dir.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
-        name=name,
-        sources=[str(tree / s) for s in dispatch._SOURCES],
-        build_directory=str(build_dir),
-        extra_cflags=list(dispatch._CFLAGS),
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    return build_extension(tree, f"ssl_rec_ab_{label}_{digest[:12]}")
 
 
 def run(args: argparse.Namespace) -> dict:

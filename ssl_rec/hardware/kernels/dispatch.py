@@ -81,6 +81,31 @@ def build_key() -> str:
     return h.hexdigest()[:12]
 
 
+def build_extension(source_dir: Path, name: str) -> ModuleType:
+    """Build (unless built before) and import the kernels' sources in ``source_dir`` as ``name``.
+
+    Built with this module's flags under ``$TORCH_EXTENSIONS_DIR`` (default
+    ``~/.cache/ssl_rec/torch_extensions``)/``name``; ``name`` must change with the sources
+    (:func:`build_key` does for the installed ones).
+    """
+    from torch.utils import cpp_extension
+
+    default = Path.home() / ".cache" / "ssl_rec" / "torch_extensions"
+    build_dir = Path(os.environ.get("TORCH_EXTENSIONS_DIR", default)) / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if not any(build_dir.glob("*.so")):
+        log.info("building the embedding kernels (once per machine and version, about a "
+                 "minute) in %s", build_dir)  # fmt: skip
+    return cpp_extension.load(
+        name=name,
+        sources=[str(source_dir / s) for s in _SOURCES],
+        build_directory=str(build_dir),
+        extra_cflags=list(_CFLAGS),
+        extra_ldflags=["-fopenmp"],
+        verbose=False,
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def load_compiled() -> ModuleType:
     """Build (once per machine) and import the C++ extension; raises if the build fails.
@@ -91,24 +116,7 @@ def load_compiled() -> ModuleType:
         ``SSL_REC_SIMD``.
 
     """
-    from torch.utils import cpp_extension
-
-    default = Path.home() / ".cache" / "ssl_rec" / "torch_extensions"
-    build_root = Path(os.environ.get("TORCH_EXTENSIONS_DIR", default))
-    name = f"ssl_rec_embedding_ops_{build_key()}"
-    build_dir = build_root / name
-    build_dir.mkdir(parents=True, exist_ok=True)
-    if not any(build_dir.glob("*.so")):
-        log.info("building the embedding kernels (once per machine and version, about a "
-                 "minute) in %s", build_dir)  # fmt: skip
-    ext = cpp_extension.load(
-        name=name,
-        sources=[str(_CSRC_DIR / s) for s in _SOURCES],
-        build_directory=str(build_dir),
-        extra_cflags=list(_CFLAGS),
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    ext = build_extension(_CSRC_DIR, f"ssl_rec_embedding_ops_{build_key()}")
     simd = os.environ.get("SSL_REC_SIMD")
     if simd is not None:
         if simd not in SIMD_LEVELS:
