@@ -12,7 +12,7 @@ from ssl_rec.hardware.freed_memory import keep_freed_memory
 # Dependency messages every run would print that say nothing about the user's run.
 _NOISY_WARNINGS = (
     # Lightning 2.6 on torch 2.13, once per fit (see STACK notes).
-    (r".*isinstance\(treespec, LeafSpec\) is deprecated.*", FutureWarning),
+    (r"`?isinstance\(treespec, LeafSpec\)`? is deprecated", FutureWarning),
     # The batch loaders read memory-mapped Arrow in-process; DataLoader workers do not apply.
     (r".*does not have many workers.*", UserWarning),
 )
