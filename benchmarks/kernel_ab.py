@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> dict:
             "B": build(source_tree(None, Path(tmp) / "b"), "b"),
         }
     torch.set_num_threads(args.threads)
-    cards = [min(c, 250_000) for c in CRITEO_KAGGLE_CARDINALITIES]
+    cards = [c if args.cap == 0 else min(c, args.cap) for c in CRITEO_KAGGLE_CARDINALITIES]
     batches = [make_batch(cards, args.batch, seed, args.skew) for seed in range(8)]
     groups = {}
     for side in exts:
@@ -162,6 +162,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--cap", type=int, default=250_000, help="rows per table at most (0: Criteo-Kaggle's)"
+    )
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     args.kinds = args.kinds.split(",")
@@ -170,6 +173,8 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--kinds: unknown {bad}; choose from {list(KINDS)}")
     if args.batch < 1 or args.rounds < 1 or args.threads < 1:
         parser.error("--batch, --rounds and --threads must be at least 1")
+    if args.cap < 0:
+        parser.error(f"--cap {args.cap}: give a row count, or 0 for no cap")
     found = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", args.base],
                            capture_output=True)  # fmt: skip
     if found.returncode != 0:

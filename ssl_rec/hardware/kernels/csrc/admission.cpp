@@ -205,6 +205,11 @@ void assign_slots(const TableView& table, const int64_t* urows, const int32_t* c
   }
   miss_count += refused_samples;
   for (int64_t i = 0; i < nh; ++i) {
+    if (i + 16 < nh) {  // the policy and lock bytes this loop writes: a large cache's miss L2
+      const int64_t ahead = slots[hits[i + 16]] / kWays;
+      __builtin_prefetch(t.state + (t.policy == 0 ? ahead : ahead * kWays), 1);
+      __builtin_prefetch(lock + ahead, 1);
+    }
     const int64_t u = hits[i], slot = slots[u];
     hit_count += counts[u];
     touch(t, slot / kWays, static_cast<int>(slot % kWays), false);
