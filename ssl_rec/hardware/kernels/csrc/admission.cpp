@@ -190,7 +190,7 @@ void assign_slots(const TableView& table, const int64_t* urows, const int32_t* c
   // the miss pass never sees them: in steady state, most rows a batch looks up once.
   int64_t nh = 0, nm = 0, refused_samples = 0;
   for (int64_t u = 0; u < U; ++u) {
-    if (u + 16 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 16]) * kWays);
+    if (u + 32 < U) __builtin_prefetch(t.tags + t.set_of(urows[u + 32]) * kWays);
     const int64_t row = urows[u], s = t.set_of(row);
     const uint32_t ways = t.ways_tagged_and_empty(s, static_cast<int16_t>(t.tag_of(row)));
     const uint32_t hit_ways = ways & 0xFF;
