@@ -29,35 +29,28 @@ OPTIMIZERS = ("sgd", "rowwise_adagrad")
 def measure(cap: int | None, optimizer: str, batch: int, rounds: int) -> dict:
     """Run inside the child: both collections' steps at one cap, ``rounds`` rotated rounds."""
     import torch
-    from _embedding_cases import make_batch, ours_step
-    from embedding import NUM_BATCHES, Cycle, median_ratio, timed_rounds
+    from _embedding_cases import DIM, make_batch, ours_step
+    from embedding import NUM_BATCHES, OURS, Cycle, counters, hit_rates, median_ratio, timed_rounds
 
     from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
-    from ssl_rec.hardware import TableSpec
 
     torch.set_num_threads(1)
     cards = [c if cap is None else min(c, cap) for c in CRITEO_KAGGLE_CARDINALITIES]
     start = time.perf_counter()
-    specs = {
-        "int8_cache5": TableSpec("int8", 0.05, optimizer=optimizer),
-        "fp32": TableSpec("fp32", optimizer=optimizer),
-    }
-    built = {name: ours_step(cards, spec) for name, spec in specs.items()}
+    built = {kind: ours_step(cards, OURS[kind](optimizer)) for kind in ("int8_cache5", "fp32")}
     build_s = time.perf_counter() - start
     batches = [make_batch(cards, batch, seed, "criteo") for seed in range(NUM_BATCHES)]
-    emb = built["int8_cache5"][1]
-    before = emb.cache_stats()
+    cached = {"int8_cache5": built["int8_cache5"][1]}
+    before = counters(cached)
     times = timed_rounds({k: Cycle(step, batches) for k, (step, _) in built.items()}, rounds)
-    after = emb.cache_stats()
-    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
     per_round = [f / q for f, q in zip(times["fp32"], times["int8_cache5"], strict=True)]
     return {
         "rows": sum(cards),
-        "fp32_gb": sum(cards) * 64 * 4 / 1e9,
+        "fp32_gb": sum(cards) * DIM * 4 / 1e9,
         "ms_per_step": {k: 1e3 * statistics.median(v) for k, v in times.items()},
         "int8_cache5_vs_fp32": median_ratio(times, "fp32", "int8_cache5"),
         "per_round_range": [min(per_round), max(per_round)],
-        "hit_rate": hits / max(1, hits + misses),
+        "hit_rate": hit_rates(cached, before)["int8_cache5"],
         "build_s": build_s,
     }
 

@@ -55,7 +55,7 @@ def _mapped(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
     tensor is under one huge page.
     """
     numel = math.prod(shape)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     if not huge_pages_enabled() or nbytes < HUGE_PAGE_BYTES:
         return None
     whole_pages = -(-nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
