@@ -6,17 +6,25 @@ export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
+# With the recipes' -q, pip prints errors only: its warnings here are about the machine's pip
+# setup ("WARNING: Location ... is ignored" for a find-links folder that does not exist).
+export PIP_QUIET ?= 1
 
-.PHONY: setup dist demo test test-all bench lint clean
+.PHONY: setup dist demo test test-all bench bench-list lint clean
 
 setup: $(STAMP)
 
-# torch first and pinned: a bare range would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+# torch first and pinned: a bare range would pull a multi-GB CUDA build. The compiled kernels
+# are built by the install (setup.py) against that torch, hence --no-build-isolation (an
+# isolated build has no torch) and the build tools in the venv first. A change of the kernel
+# sources reinstalls, so the installed binary is never stale.
+KERNEL_SOURCES := $(wildcard ssl_rec/hardware/kernels/csrc/*) ssl_rec/hardware/kernels/build_spec.py
+$(STAMP): pyproject.toml setup.py $(KERNEL_SOURCES)
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q torch==2.13.0 'setuptools>=77' wheel ninja
+	$(PIP) install -q --no-build-isolation -e '.[dev]'
+	$(PY) -c "import ssl_rec.hardware.kernels._embedding_ops" 2>/dev/null || echo "make: the compiled kernels were not built at install (no C++ compiler with OpenMP?); ssl-rec will try at run time"
 	touch $(STAMP)
 
 # Optional scale-out stack (TorchRec). --no-deps: torchrec's metadata asks for the 0.5 GB CUDA
@@ -48,19 +56,17 @@ test: $(TEST_STAMP)
 test-all: $(TEST_STAMP)
 	$(PY) -m pytest -q --runslow
 
+# Every benchmark of the one list in benchmarks/_registry.py (hours; `make bench-list` shows
+# each command and its cost); one alone: `$(PY) benchmarks/_registry.py --run NAME`.
 bench: $(STAMP)
-	mkdir -p benchmarks/results
-	$(PY) benchmarks/data.py --json benchmarks/results/data.json
-	$(PY) benchmarks/embedding.py --json benchmarks/results/embedding.json
-	$(PY) benchmarks/mixed_precision.py --json benchmarks/results/mixed_precision_d64.json
-	$(PY) benchmarks/label_efficiency.py --json benchmarks/results/label_efficiency.json
-	$(PY) benchmarks/label_efficiency.py --preset hard --json benchmarks/results/label_efficiency_hard.json
-	$(PY) benchmarks/real_data.py --json benchmarks/results/real_data.json
-	$(PY) benchmarks/retrieval.py --json benchmarks/results/retrieval.json
-	if $(PY) -c "import torchrec" 2>/dev/null; then $(PY) benchmarks/scale_out.py --json benchmarks/results/scale_out.json; fi
+	$(PY) benchmarks/_registry.py --run
+
+bench-list: $(STAMP)
+	@$(PY) benchmarks/_registry.py --list
 
 lint: $(STAMP)
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 
 clean:
 	rm -rf runs .cache .pytest_cache

@@ -1,24 +1,103 @@
-"""The kernels compared by benchmarks/embedding.py: ids, lookups and training steps.
+"""The kernels the embedding benchmarks compare (ids, lookups, training steps) and their
+timing protocol (malloc settings, warm-up, rotated rounds, median of per-round ratios).
 
 Every training step takes a batch dict from :func:`make_batch` and runs forward + backward of
 26 tables with the optimizer fused or applied, so a step of one library and a step of the
 other do the same work: look up B x 26 rows, apply the same optimizer to the touched rows.
+Used by ``embedding.py``, ``embedding_table_size.py``, ``embedding_conditions.py`` and
+``kernel_ab.py``.
 """
 
 from __future__ import annotations
 
+import os
+import statistics
+import sys
+import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, quantize_rows
+from ssl_rec.hardware.freed_memory import MALLOC_ENV  # what the ssl-rec command asks for
 
 DIM = 64
 LR = 0.05
 SKEWS = ("criteo", "uniform")
+NUM_BATCHES = 8
+THP_ENV = "THP_MEM_ALLOC_ENABLE"
+OURS = {
+    "int8_cache5": lambda opt: TableSpec("int8", 0.05, optimizer=opt),
+    "int4_cache1": lambda opt: TableSpec("int4", 0.01, optimizer=opt),
+    "fp32": lambda opt: TableSpec("fp32", optimizer=opt),
+}
+OPTIMIZERS = ("sgd", "rowwise_adagrad")
 
 Step = Callable[[dict[str, torch.Tensor]], None]
+
+
+def reexec_with_memory_env(all_huge_pages: bool) -> None:
+    """Restart once with ``MALLOC_ENV`` (glibc reads it at start-up, and otherwise returns
+    large freed outputs to the OS and pays page faults on the next call) and, with
+    ``all_huge_pages``, ``THP_MEM_ALLOC_ENABLE=1``: PyTorch then asks for huge pages for every
+    allocation of 2 MiB or more, FBGEMM's tables, gradients and outputs included."""
+    env = {**MALLOC_ENV, **({THP_ENV: "1"} if all_huge_pages else {})}
+    if all(os.environ.get(k) == v for k, v in env.items()) and (
+        all_huge_pages or THP_ENV not in os.environ
+    ):
+        return
+    base = {k: v for k, v in os.environ.items() if k != THP_ENV}
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**base, **env})
+
+
+def timed_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per call: a warm-up cycle per kernel, then ``rounds`` rotated rounds."""
+    names = list(fns)
+    for name in names:
+        for _ in range(NUM_BATCHES + 1):
+            fns[name]()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(times: dict[str, list[float]], base: str, ours: str) -> float:
+    """Median over rounds of ``time[base] / time[ours]`` (> 1: ours is faster)."""
+    return statistics.median(b / o for b, o in zip(times[base], times[ours], strict=True))
+
+
+class Cycle:
+    """Calls ``step(batch)`` (or ``step(batch, next batch)``) cycling over fixed batches."""
+
+    def __init__(self, step: Callable, batches: list[dict], pairs: bool = False) -> None:
+        self.step, self.batches, self.pairs, self.i = step, batches, pairs, 0
+
+    def __call__(self) -> None:
+        n = len(self.batches)
+        b = self.batches[self.i % n]
+        self.step(b, self.batches[(self.i + 1) % n]) if self.pairs else self.step(b)
+        self.i += 1
+
+
+def hit_rates(colls: dict, before: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Hit rate of each cached collection over the calls since ``before``."""
+    out = {}
+    for name, emb in colls.items():
+        s = emb.cache_stats()
+        hits, misses = s["hits"] - before[name][0], s["misses"] - before[name][1]
+        if hits + misses:
+            out[name] = hits / (hits + misses)
+    return out
+
+
+def counters(colls: dict) -> dict[str, tuple[float, float]]:
+    """(hits, misses) of every collection now."""
+    return {n: (e.cache_stats()["hits"], e.cache_stats()["misses"]) for n, e in colls.items()}
 
 
 def make_ids(cards: list[int], batch: int, seed: int, skew: str) -> torch.Tensor:

@@ -1,18 +1,15 @@
 """Worker of benchmarks/scale_out.py: timed sharded training steps on this machine's ranks.
 
-    torchrun --nproc_per_node N benchmarks/_scale_out_worker.py CONFIG STEPS GLOBAL_BATCH
-
-Builds the model of CONFIG (a configs/dist file), shards its tables with the config's
-strategy settings over the N ranks, trains STEPS steps on synthetic batches (the global batch
-split over the ranks) and prints ``RESULT {json}`` with the samples per second of the timed
-steps (after 5 warm-up steps).
+``scale_out.py`` runs :func:`train_steps` on every rank of a torchrun world through
+``benchmarks._fresh_process``. It builds the model of CONFIG (a configs/dist file), shards
+its tables with the config's strategy settings over the ranks, trains STEPS steps on
+synthetic batches (the global batch split over the ranks) and rank 0 sends the samples per
+second of the timed steps (after 5 warm-up steps) to the parent.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -21,7 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from ssl_rec.cli.main import instantiate
+from benchmarks._fresh_process import to_parent
+from ssl_rec.cli import instantiate
 from ssl_rec.data.sources.synthetic_clicks import SyntheticClickModel, SyntheticConfig
 from ssl_rec.types import Batch
 
@@ -43,8 +41,8 @@ def batches(steps: int, global_batch: int, world: int, rank: int) -> list[Batch]
     return out
 
 
-def main() -> None:
-    config, steps, global_batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def train_steps(config: str, steps: int, global_batch: int) -> None:
+    """Run on each rank: shard, train, time; rank 0 sends its figures; the process ends here."""
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
     cli = instantiate(["--config", config, "--trainer.devices=1", "--data.init_args.n_train=64",
@@ -80,10 +78,6 @@ def main() -> None:
     if rank == 0:
         result = {"world_size": world, "samples_per_s": steps * global_batch / elapsed,
                   "steps": steps, "global_batch": global_batch}  # fmt: skip
-        print("RESULT " + json.dumps(result), flush=True)
+        to_parent(result)
     dist.destroy_process_group()
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Selection on validation only, summaries over seeds and the code version of a study.
+"""Selection on validation only and summaries over seeds, shared by the accuracy studies.
 
 A run is ``(best validation AUC, thunk computing the test AUC of that state)``: studies
 train every variant, choose by mean validation AUC over seeds, and call the thunk of the
@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import copy
 import statistics
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import pytorch_lightning as pl
 
 Run = tuple[float, Callable[[], float]]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class BestValAUC(pl.Callback):
@@ -81,20 +78,6 @@ def paired(results: dict, a: str, b: str, key: str) -> dict | None:
         "wins": sum(d > 0 for d in diffs),
         "n": len(diffs),
     }
-
-
-def git_commit() -> str:
-    """``HEAD`` of the repository (``-dirty`` if tracked files differ from it)."""
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    return head + ("-dirty" if dirty else "")
 
 
 def table(results: dict, keys: list[str], label: Callable[[str], str]) -> str:

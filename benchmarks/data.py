@@ -3,8 +3,6 @@ peak memory at Criteo-Kaggle cardinalities.
 
 Usage: python benchmarks/data.py [--quick | --full] --json OUT.json   (also writes OUT.png)
 
-The JSON records the 1/5/15-minute load averages at the start and the end.
-
 - preprocessing throughput of generated rows in the exact Criteo TSV layout at
   ``cardinality_scale`` 0.01 and 1.0 (Criteo-Kaggle's vocabularies), one process;
 - peak resident memory of preprocessing a 2M- and a 10M-row file at scale 1.0, each in a
@@ -18,22 +16,24 @@ The JSON records the 1/5/15-minute load averages at the start and the end.
 
 from __future__ import annotations
 
-import argparse
 import os
-import subprocess
+import runpy
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _figures import save_figure
+if not __package__:  # `python benchmarks/data.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from ssl_rec._io import atomic_write_json
+from benchmarks._fresh_process import run_in_fresh_process
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 from ssl_rec.data import (
     BatchLoader,
+    CriteoDataModule,
     SyntheticClickModel,
     SyntheticConfig,
     SyntheticCTRDataModule,
@@ -74,7 +74,7 @@ def bench_loader(cache: str, n_rows: int, batch_sizes: list[int],
 def _reshard(dm: SyntheticCTRDataModule, shard_rows: int) -> None:
     import pyarrow as pa
 
-    from ssl_rec.data.storage import ShardWriter
+    from ssl_rec.data.storage import ShardWriter, write_entry_checksums
 
     folder = dm.data_dir / "train"
     table = dm.split_table("train")
@@ -87,6 +87,7 @@ def _reshard(dm: SyntheticCTRDataModule, shard_rows: int) -> None:
         p.unlink()
     folder.rmdir()
     staged.rename(folder)
+    write_entry_checksums(dm.data_dir)  # the entry's record now names the new shards
 
 
 def write_file(path: Path, n_rows: int, scale: float) -> Path:
@@ -101,34 +102,36 @@ def write_file(path: Path, n_rows: int, scale: float) -> Path:
     return path
 
 
-# Peak RSS of the child's own address space: /proc's VmHWM. ``ru_maxrss`` would also count
-# the parent's resident memory at the fork (Linux carries it across exec).
-PEAK = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) / 1024"
-PREPROCESS = f"""
-import sys, time
-from ssl_rec.data import CriteoDataModule
-t = time.perf_counter()
-CriteoDataModule(sys.argv[1], cache_dir=sys.argv[2]).schema
-print(time.perf_counter() - t, {PEAK})
-"""
+def peak_rss_mb() -> float:
+    """Peak RSS (MB) of this process's own address space: /proc's VmHWM.
+
+    ``ru_maxrss`` would also count the parent's resident memory at the fork (Linux carries
+    it across exec).
+    """
+    with open("/proc/self/status") as status:
+        return int(next(ln for ln in status if ln.startswith("VmHWM")).split()[1]) / 1024
+
+
+def preprocess(path: str, cache: str) -> tuple[float, float]:
+    """Run in a fresh process: ``(seconds, peak RSS MB)`` of preprocessing ``path``."""
+    t = time.perf_counter()
+    CriteoDataModule(path, cache_dir=cache).schema  # noqa: B018 - reading it preprocesses
+    return time.perf_counter() - t, peak_rss_mb()
 
 
 def preprocess_in_child(path: Path, cache: Path, rows: int | None = None) -> tuple[float, float]:
     """``(rows/s, peak RSS MB)`` of preprocessing ``path`` (``rows`` lines) in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", PREPROCESS, str(path), str(cache)],
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    seconds, peak = map(float, out.stdout.split()[-2:])
+    seconds, peak = run_in_fresh_process(preprocess, str(path), str(cache))
     if rows is None:
         rows = sum(1 for _ in open(path, "rb"))
     return rows / seconds, peak
 
 
-FIT = f"""
-import atexit, runpy, sys
-atexit.register(lambda: print("PEAK", {PEAK}))
-sys.argv = ["ssl-rec", *sys.argv[1:]]
-runpy.run_module("ssl_rec.cli.main", run_name="__main__")
-"""
+def fit(args: list[str]) -> float:
+    """Run in a fresh process: the ``ssl-rec`` command with ``args``; the peak RSS (MB) after."""
+    sys.argv = ["ssl-rec", *args]
+    runpy.run_module("ssl_rec.cli.main", run_name="__main__")
+    return peak_rss_mb()
 
 
 # The shipped config's tables are INT8 + 5% FP32 cache; the same model with FP32 tables too.
@@ -144,17 +147,12 @@ def fit_peak_rss(path: Path, tmp: Path, extra: list[str] | None = None) -> float
             "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
             "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir",
             str(tmp / "fit-run")]  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", FIT, *args], cwd=ROOT, check=True,
-                         capture_output=True, text=True)  # fmt: skip
-    return float(out.stdout.split("PEAK")[-1].split()[0])
+    return run_in_fresh_process(fit, args, cwd=ROOT)
 
 
-def plot(results: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict) -> Figure:
+    """Loader samples/s by batch size; the preprocessing rate in the title."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3))
     sizes = list(results["loader_by_batch_size"])
     ax.bar([str(s) for s in sizes], [results["loader_by_batch_size"][s] / 1e6 for s in sizes])
@@ -162,7 +160,7 @@ def plot(results: dict, png: Path) -> None:
     ax.set_ylabel("loader M samples/s (1 process)")
     ax.set_title(f"Criteo preprocess: {results['criteo_preprocess_rows_per_s'] / 1e3:.0f}k rows/s")
     fig.tight_layout()
-    save_figure(fig, png)
+    return fig
 
 
 def regular(tmp: Path, small: int, big: int) -> dict:
@@ -207,22 +205,20 @@ def full(tmp: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true")
-    size.add_argument("--full", action="store_true", help="only the 45.8M-row Kaggle file")
-    parser.add_argument("--json", required=True, type=Path)
+    """Parse arguments, run the regular or the ``--full`` measurements, write JSON + PNG."""
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--full", action="store_true", help="only the 45.8M-row Kaggle file")
     args = parser.parse_args()
+    if args.quick and args.full:
+        parser.error("--quick and --full exclude each other")
+    record = Recording(__file__)
     small, big = (200_000, 1_000_000) if args.quick else (2_000_000, 10_000_000)
-    results: dict = {"quick": args.quick, "load_average_start": os.getloadavg()}
+    results: dict = {"quick": args.quick}
     with tempfile.TemporaryDirectory(dir=os.environ.get("SSL_REC_BENCH_TMP")) as tmp:
         results.update(full(Path(tmp)) if args.full else regular(Path(tmp), small, big))
-    results["load_average_end"] = os.getloadavg()
     for key, value in results.items():
         print(f"{key:<40}{value}")
-    atomic_write_json(args.json, results)
-    if not args.full:
-        plot(results, args.json.with_suffix(".png"))
+    record.write(args.json, results, None if args.full else plot)
 
 
 if __name__ == "__main__":

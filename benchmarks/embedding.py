@@ -26,33 +26,33 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+if not __package__:  # `python benchmarks/embedding.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import torch
-from _embedding_cases import (
+
+from benchmarks import _embedding_cases as cases
+from benchmarks._embedding_cases import (
+    Cycle,
     DenseStep,
+    counters,
     embedding_bag_step,
     eval_step,
     fbgemm_modules,
+    hit_rates,
     lookup_fns,
     make_batch,
+    median_ratio,
     ours_step,
+    reexec_with_memory_env,
     tbe_step,
+    timed_rounds,
 )
-from _figures import save_figure
-
-from ssl_rec._io import atomic_write_json
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
-from ssl_rec.hardware import TableSpec
 from ssl_rec.hardware.freed_memory import MALLOC_ENV  # what the ssl-rec command asks for
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 
-THP_ENV = "THP_MEM_ALLOC_ENABLE"
-OURS = {
-    "int8_cache5": lambda opt: TableSpec("int8", 0.05, optimizer=opt),
-    "int4_cache1": lambda opt: TableSpec("int4", 0.01, optimizer=opt),
-    "fp32": lambda opt: TableSpec("fp32", optimizer=opt),
-}
-OPTIMIZERS = ("sgd", "rowwise_adagrad")
-NUM_BATCHES = 8
 # name -> (result section, batch, threads, skew); ``--configs`` picks a subset.
 CONFIGS = {
     "1t4096": ("one_thread", 4096, 1, "criteo"),
@@ -63,62 +63,15 @@ CONFIGS = {
 }
 
 
-def reexec_with_memory_env(all_huge_pages: bool) -> None:
-    """Restart once with ``MALLOC_ENV`` (glibc reads it at start-up, and otherwise returns
-    large freed outputs to the OS and pays page faults on the next call) and, with
-    ``all_huge_pages``, ``THP_MEM_ALLOC_ENABLE=1``: PyTorch then asks for huge pages for every
-    allocation of 2 MiB or more, FBGEMM's tables, gradients and outputs included."""
-    env = {**MALLOC_ENV, **({THP_ENV: "1"} if all_huge_pages else {})}
-    if all(os.environ.get(k) == v for k, v in env.items()) and (
-        all_huge_pages or THP_ENV not in os.environ
-    ):
-        return
-    base = {k: v for k, v in os.environ.items() if k != THP_ENV}
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**base, **env})
-
-
-def timed_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Seconds per call: a warm-up cycle per kernel, then ``rounds`` rotated rounds."""
-    names = list(fns)
-    for name in names:
-        for _ in range(NUM_BATCHES + 1):
-            fns[name]()
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def median_ratio(times: dict[str, list[float]], base: str, ours: str) -> float:
-    """Median over rounds of ``time[base] / time[ours]`` (> 1: ours is faster)."""
-    return statistics.median(b / o for b, o in zip(times[base], times[ours], strict=True))
-
-
-class Cycle:
-    """Calls ``step(batch)`` (or ``step(batch, next batch)``) cycling over fixed batches."""
-
-    def __init__(self, step: Callable, batches: list[dict], pairs: bool = False) -> None:
-        self.step, self.batches, self.pairs, self.i = step, batches, pairs, 0
-
-    def __call__(self) -> None:
-        n = len(self.batches)
-        b = self.batches[self.i % n]
-        self.step(b, self.batches[(self.i + 1) % n]) if self.pairs else self.step(b)
-        self.i += 1
-
-
 def build_steps(cards: list[int], fb: dict | None) -> tuple[dict[str, Callable], dict]:
     """Every training step (name -> step(batch)) and this library's collections by name."""
     steps: dict[str, Callable] = {"embeddingbag_sgd": embedding_bag_step(cards)}
     colls = {}
-    for kind, spec in OURS.items():
-        for opt in OPTIMIZERS:
+    for kind, spec in cases.OURS.items():
+        for opt in cases.OPTIMIZERS:
             steps[f"ours_{kind}_{opt}"], colls[f"{kind}_{opt}"] = ours_step(cards, spec(opt))
     if fb:
-        for opt in OPTIMIZERS:
+        for opt in cases.OPTIMIZERS:
             steps[f"fbgemm_tbe_{opt}"] = tbe_step(fb[f"train_{opt}"])
     return steps, colls
 
@@ -139,13 +92,14 @@ def ratios(t: dict[str, list[float]]) -> dict[str, object]:
         if f"eval_{kind}" in t:
             out[f"eval_lookup_{kind}_vs_ours_fp32"] = median_ratio(t, "eval_fp32", f"eval_{kind}")
         out[f"train_{kind}_vs_ours_fp32"] = {
-            opt: median_ratio(t, f"ours_fp32_{opt}", f"ours_{kind}_{opt}") for opt in OPTIMIZERS
+            opt: median_ratio(t, f"ours_fp32_{opt}", f"ours_{kind}_{opt}")
+            for opt in cases.OPTIMIZERS
         }
     if "fbgemm_tbe_sgd" in t:
         out["train_vs_fbgemm_tbe"] = {
             f"{kind}_{opt}": median_ratio(t, f"fbgemm_tbe_{opt}", f"ours_{kind}_{opt}")
-            for kind in OURS
-            for opt in OPTIMIZERS
+            for kind in cases.OURS
+            for opt in cases.OPTIMIZERS
         }
         out["fbgemm_tbe_rowwise_adagrad_vs_sgd"] = median_ratio(
             t, "fbgemm_tbe_sgd", "fbgemm_tbe_rowwise_adagrad"
@@ -160,22 +114,6 @@ def ratios(t: dict[str, list[float]]) -> dict[str, object]:
                 t, "dense_none", f"dense_{mode}"
             )
     return out
-
-
-def hit_rates(colls: dict, before: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """Hit rate of each cached collection over the calls since ``before``."""
-    out = {}
-    for name, emb in colls.items():
-        s = emb.cache_stats()
-        hits, misses = s["hits"] - before[name][0], s["misses"] - before[name][1]
-        if hits + misses:
-            out[name] = hits / (hits + misses)
-    return out
-
-
-def counters(colls: dict) -> dict[str, tuple[float, float]]:
-    """(hits, misses) of every collection now."""
-    return {n: (e.cache_stats()["hits"], e.cache_stats()["misses"]) for n, e in colls.items()}
 
 
 def breakdown(steps: dict, batches: list[dict], passes: int = 5) -> dict[str, dict]:
@@ -196,12 +134,12 @@ def breakdown(steps: dict, batches: list[dict], passes: int = 5) -> dict[str, di
         for name in names:
             ext.phase_seconds(on=True, reset=True)
             start = time.thread_time()
-            for _ in range(NUM_BATCHES):
+            for _ in range(cases.NUM_BATCHES):
                 cycles[name]()
             total = time.thread_time() - start
             phases = ext.phase_seconds(on=False, reset=True)
-            ms = {k: 1e3 * v / NUM_BATCHES for k, v in phases.items()}
-            ms["step_total"] = 1e3 * total / NUM_BATCHES
+            ms = {k: 1e3 * v / cases.NUM_BATCHES for k, v in phases.items()}
+            ms["step_total"] = 1e3 * total / cases.NUM_BATCHES
             ms["outside_kernels"] = ms["step_total"] - sum(
                 v for k, v in ms.items() if k != "step_total"
             )
@@ -215,11 +153,11 @@ def breakdown(steps: dict, batches: list[dict], passes: int = 5) -> dict[str, di
 def run_config(cards, batch, threads, skew, rounds, fb, steps, colls, extra=True) -> dict:
     """Time the kernels at one batch size, thread count and id skew."""
     torch.set_num_threads(threads)
-    batches = [make_batch(cards, batch, seed, skew) for seed in range(NUM_BATCHES)]
+    batches = [make_batch(cards, batch, seed, skew) for seed in range(cases.NUM_BATCHES)]
     fns: dict[str, Callable] = {}
     if extra:
         fns.update(lookup_fns(cards, batches[0]["ids"], get_kernels(), fb))
-        for kind in OURS:
+        for kind in cases.OURS:
             fns[f"eval_{kind}"] = Cycle(eval_step(colls[f"{kind}_sgd"]), batches)
     fns.update(
         {k: Cycle(s, batches) for k, s in steps.items() if skew == "criteo" or "bag" not in k}
@@ -227,7 +165,7 @@ def run_config(cards, batch, threads, skew, rounds, fb, steps, colls, extra=True
     if extra and batch == 4096:
         for mode in ("none", "inline", "background"):
             fns[f"dense_{mode}"] = Cycle(
-                DenseStep(cards, OURS["int8_cache5"]("sgd"), mode), batches, True
+                DenseStep(cards, cases.OURS["int8_cache5"]("sgd"), mode), batches, True
             )
     before, load = counters(colls), os.getloadavg()[0]
     times = timed_rounds(fns, rounds)
@@ -274,17 +212,13 @@ def environment(fb: dict | None) -> dict:
         "malloc": MALLOC_ENV,
         # 1: every PyTorch allocation of >= 2 MiB on huge pages (--all-huge-pages); else only
         # ssl_rec's own table buffers ask for them (ssl_rec.hardware.huge_pages)
-        "thp_mem_alloc_enable": os.environ.get(THP_ENV, "0"),
+        "thp_mem_alloc_enable": os.environ.get(cases.THP_ENV, "0"),
     }
 
 
-def write_png(path: str, result: dict) -> None:
-    """Bar chart of the 1-thread ratios at B = 4096, both skews, written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(result: dict) -> Figure:
+    """Bar chart of the 1-thread ratios at B = 4096, both skews."""
+    plt = pyplot()
     labels, values = [], []
     shown = [("criteo", result.get("one_thread", {}).get("4096")),
              ("uniform", result.get("uniform_skew"))]  # fmt: skip
@@ -299,7 +233,7 @@ def write_png(path: str, result: dict) -> None:
     ax.set_xlabel("speed ratio, 1 thread, B = 4096 (>1: ssl_rec faster)")
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
-    save_figure(fig, path, dpi=90)
+    return fig
 
 
 def print_table(result: dict) -> None:
@@ -324,9 +258,7 @@ def _print_config(title: str, res: dict) -> None:
 
 def parse_args() -> argparse.Namespace:
     """Command-line arguments (``--configs`` checked against :data:`CONFIGS`)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small tables, few rounds")
-    parser.add_argument("--json", required=True, help="output JSON path (PNG beside it)")
+    parser = benchmark_parser(__doc__.splitlines()[0])
     parser.add_argument(
         "--configs",
         default=",".join(CONFIGS),
@@ -335,7 +267,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--all-huge-pages",
         action="store_true",
-        help=f"run with {THP_ENV}=1: every tensor of >= 2 MiB on huge pages, FBGEMM's too",
+        help=f"run with {cases.THP_ENV}=1: every tensor of >= 2 MiB on huge pages, FBGEMM's too",
     )
     parser.add_argument(
         "--training-only",
@@ -354,6 +286,7 @@ def main() -> None:
     """Parse arguments, run, print, write JSON + PNG."""
     args = parse_args()
     reexec_with_memory_env(args.all_huge_pages)
+    record = Recording(__file__)
     cap = 50_000 if args.quick else 250_000
     cards = [min(c, cap) for c in CRITEO_KAGGLE_CARDINALITIES]
     rounds = 5 if args.quick else 15
@@ -363,7 +296,7 @@ def main() -> None:
         "config": {
             "cardinalities": cards,
             "dim": 64,
-            "batches": NUM_BATCHES,
+            "batches": cases.NUM_BATCHES,
             "rounds": rounds,
             "configs": args.configs,
             "training_only": args.training_only,
@@ -382,8 +315,9 @@ def main() -> None:
         else:
             result.setdefault(section, {})[str(batch)] = res
     print_table(result)
-    atomic_write_json(args.json, result)
-    write_png(os.path.splitext(args.json)[0] + ".png", result)
+    threads = {CONFIGS[name][2] for name in args.configs}
+    record.write(args.json, result, plot, dpi=90,
+                 threads=threads.pop() if len(threads) == 1 else None)  # fmt: skip
 
 
 if __name__ == "__main__":

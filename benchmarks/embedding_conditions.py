@@ -2,24 +2,31 @@
 library and of TBE (exact SGD, exact row-wise Adagrad) timed under one changed condition
 at a time, each in its own process.
 
-    python benchmarks/embedding_conditions.py --json OUT.json
+    python benchmarks/embedding_conditions.py [--quick] [--rounds 9] --json OUT.json
 
 Conditions: the protocol of benchmarks/embedding.py (``protocol``); no warm-up, the first
 cycle of batches timed (``cold``); glibc's default malloc settings (``glibc_default``); two
 threads, alone and beside a busy process (``two_threads``, ``two_threads_busy``); one thread
 beside a busy process (``one_thread_busy``); FBGEMM without its JIT kernels
-(``fbgemm_no_jit``, ``FBGEMM_NO_ASMJIT=1``: TBE's slower configuration).
+(``fbgemm_no_jit``, ``FBGEMM_NO_ASMJIT=1``: TBE's slower configuration). Tables capped at
+250k rows (``--quick``: 50k rows, 3 rounds). Writes the JSON and a PNG of the ratios beside it.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+if not __package__:  # `python benchmarks/embedding_conditions.py`: import the package
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks._embedding_cases import MALLOC_ENV, Cycle, median_ratio
+from benchmarks._fresh_process import run_in_fresh_process
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 
 CONDITIONS = {
     "protocol": {},
@@ -32,17 +39,16 @@ CONDITIONS = {
 }
 
 
-def measure(condition: dict, rounds: int) -> dict:
-    """Run inside the child: time the four FP32 steps under ``condition``."""
+def measure(condition: dict, rounds: int, cap: int) -> dict:
+    """Run in a fresh process: time the four FP32 steps under ``condition``."""
     import torch
-    from _embedding_cases import fbgemm_modules, make_batch, ours_step, tbe_step
-    from embedding import Cycle, median_ratio
 
+    from benchmarks._embedding_cases import fbgemm_modules, make_batch, ours_step, tbe_step
     from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
     from ssl_rec.hardware import TableSpec
 
     torch.set_num_threads(condition.get("threads", 1))
-    cards = [min(c, 250_000) for c in CRITEO_KAGGLE_CARDINALITIES]
+    cards = [min(c, cap) for c in CRITEO_KAGGLE_CARDINALITIES]
     fb = fbgemm_modules(cards)
     batches = [make_batch(cards, 4096, seed, "criteo") for seed in range(8)]
     fns = {
@@ -70,10 +76,8 @@ def measure(condition: dict, rounds: int) -> dict:
     }
 
 
-def run_child(name: str, rounds: int) -> dict:
+def run_child(name: str, rounds: int, cap: int) -> dict:
     """One condition in a fresh process (malloc settings are read at start-up)."""
-    from embedding import MALLOC_ENV
-
     cond = CONDITIONS[name]
     env = {k: v for k, v in os.environ.items() if k not in MALLOC_ENV}
     if cond.get("malloc", True):
@@ -83,36 +87,45 @@ def run_child(name: str, rounds: int) -> dict:
     if cond.get("busy"):
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        cmd = [sys.executable, __file__, "--child", name, "--rounds", str(rounds)]
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        return run_in_fresh_process(measure, cond, rounds, cap, env=env)
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
-    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def plot(result: dict) -> Figure:
+    """This library's FP32 step speed over TBE's, per condition and optimizer."""
+    plt = pyplot()
+    names = list(result)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for shift, opt in ((-0.2, "sgd"), (0.2, "rowwise_adagrad")):
+        values = [result[n][f"ours_vs_tbe_{opt}"] for n in names]
+        ax.bar([i + shift for i in range(len(names))], values, width=0.4, label=opt)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_ylabel("FP32 step speed, ssl_rec / TBE")
+    ax.legend()
+    fig.tight_layout()
+    return fig
 
 
 def main() -> None:
-    """Run every condition, print and write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="output JSON path")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    """Run every condition, print and write the JSON and the PNG."""
+    parser = benchmark_parser(__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, help="default 9 (3 with --quick)")
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(measure(CONDITIONS[args.child], args.rounds)))
-        return
-    from ssl_rec._io import atomic_write_json
-
+    record = Recording(__file__)
+    rounds = args.rounds or (3 if args.quick else 9)
+    cap = 50_000 if args.quick else 250_000
     result = {}
     for name in CONDITIONS:
         load = os.getloadavg()[0]
-        result[name] = {**run_child(name, args.rounds), "load_average": load}
+        result[name] = {**run_child(name, rounds, cap), "load_average": load}
         r = result[name]
         ratios = {k: round(v, 2) for k, v in r.items() if k.startswith(("ours", "tbe"))}
         print(f"{name:18s} {ratios} ms {r['ms_per_step']} load {load:.1f}")
-    if args.json:
-        atomic_write_json(args.json, result)
+    record.write(args.json, result, plot, threads=None)  # conditions differ in threads
 
 
 if __name__ == "__main__":

@@ -14,24 +14,38 @@ steps, a ratio = the median of per-round ratios, > 1: INT8 + 5% faster).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+if not __package__:  # `python benchmarks/embedding_table_size.py`: import the package
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks._embedding_cases import (
+    NUM_BATCHES,
+    OPTIMIZERS,
+    OURS,
+    Cycle,
+    counters,
+    hit_rates,
+    median_ratio,
+    reexec_with_memory_env,
+    timed_rounds,
+)
+from benchmarks._fresh_process import run_in_fresh_process
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 
 CAPS = "250000,2000000,full"
 QUICK_CAPS = "50000"
-OPTIMIZERS = ("sgd", "rowwise_adagrad")
 
 
 def measure(cap: int | None, optimizer: str, batch: int, rounds: int) -> dict:
-    """Run inside the child: both collections' steps at one cap, ``rounds`` rotated rounds."""
+    """Run in a fresh process: both collections' steps at one cap, ``rounds`` rotated rounds."""
     import torch
-    from _embedding_cases import DIM, make_batch, ours_step
-    from embedding import NUM_BATCHES, OURS, Cycle, counters, hit_rates, median_ratio, timed_rounds
 
+    from benchmarks._embedding_cases import DIM, make_batch, ours_step
     from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 
     torch.set_num_threads(1)
@@ -57,13 +71,8 @@ def measure(cap: int | None, optimizer: str, batch: int, rounds: int) -> dict:
 
 def run_child(cap: str, optimizer: str, batch: int, rounds: int) -> dict:
     """One (cap, optimizer) in a fresh process: each measures tables built for it alone."""
-    cmd = [sys.executable, __file__, "--child", cap, optimizer, "--batch", str(batch)]
-    out = subprocess.run(
-        [*cmd, "--rounds", str(rounds)], capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"cap {cap}, {optimizer}: the child failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_in_fresh_process(measure, None if cap == "full" else int(cap), optimizer, batch,
+                                rounds)  # fmt: skip
 
 
 def parse_caps(text: str) -> list[str]:
@@ -77,14 +86,9 @@ def parse_caps(text: str) -> list[str]:
     return caps
 
 
-def write_png(path: str, result: dict) -> None:
+def plot(result: dict) -> Figure:
     """Ratio against total rows, one line per optimizer, per-round range as error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from _figures import save_figure
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for opt in OPTIMIZERS:
         points = sorted((r["rows"], r) for r in result["runs"] if r["optimizer"] == opt)
@@ -100,33 +104,21 @@ def write_png(path: str, result: dict) -> None:
     ax.set_title(f"training step, B = {result['config']['batch']}, one thread")
     ax.legend()
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
 
 
 def main() -> None:
     """Every (cap, optimizer) in its own process; print, write the JSON and the PNG."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="output JSON path (and the PNG beside it)")
+    parser = benchmark_parser(__doc__.splitlines()[0])
     parser.add_argument("--caps", type=parse_caps, help=f"default {CAPS} ({QUICK_CAPS} quick)")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--rounds", type=int, help="default 72 (8 with --quick)")
-    parser.add_argument("--quick", action="store_true", help="small tables, few rounds")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.batch < 1:
         parser.error(f"--batch {args.batch}: must be positive")
     rounds = args.rounds or (8 if args.quick else 72)
-    if args.child:
-        cap, opt = args.child
-        print(json.dumps(measure(None if cap == "full" else int(cap), opt, args.batch, rounds)))
-        return
-    if not args.json:
-        parser.error("--json OUT.json is required")
-    from embedding import reexec_with_memory_env
-
-    from ssl_rec._io import atomic_write_json
-
     reexec_with_memory_env(all_huge_pages=False)  # the children inherit the settings
+    record = Recording(__file__)
     caps = args.caps or parse_caps(QUICK_CAPS if args.quick else CAPS)
     result: dict = {
         "config": {"caps": caps, "batch": args.batch, "rounds": rounds, "threads": 1},
@@ -145,8 +137,7 @@ def main() -> None:
                 f"{run['ms_per_step']['int8_cache5']:.2f} / {run['ms_per_step']['fp32']:.2f}, "
                 f"hit rate {run['hit_rate']:.2f}"
             )
-    atomic_write_json(args.json, result)
-    write_png(os.path.splitext(args.json)[0] + ".png", result)
+    record.write(args.json, result, plot, threads=1)
 
 
 if __name__ == "__main__":

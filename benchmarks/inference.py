@@ -28,24 +28,28 @@ Writes the JSON and a PNG beside it.
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+if not __package__:  # `python benchmarks/inference.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import torch
-from _figures import save_figure
 
-from ssl_rec._io import atomic_write_json
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 from ssl_rec.cli import instantiate
-from ssl_rec.cli.datamodules import datamodule_from
-from ssl_rec.cli.quantize_commands import labeled_rows, load_ctr, quantize
+from ssl_rec.cli.datamodules import datamodule_from, split_loader
+from ssl_rec.cli.quantize_commands import quantize
 from ssl_rec.hardware import serving_kernels
+from ssl_rec.lightning.ctr_checkpoint import load_ctr
 from ssl_rec.quantize import ModelBuilder, load_quantized, logits_of, pair_agreement, throughput
 from ssl_rec.quantize.fused import dlrm_logits, fusable
 from ssl_rec.quantize.ptq import agreement
+from ssl_rec.quantize.workflow import labeled_rows
 from ssl_rec.types import Batch
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -203,7 +207,7 @@ def predictions(ckpt: str, quantized_dir: Path, rows) -> dict:
 
 def run(args: argparse.Namespace, work: Path) -> dict:
     """Train or take the model, quantize it, time and compare; the JSON document."""
-    train_seconds, load_at_start = None, os.getloadavg()
+    train_seconds = None
     ckpt = args.ckpt
     if ckpt is None:
         rows = 20_000 if args.quick else args.train_rows
@@ -215,13 +219,13 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                       min_pair_agreement=args.min_pair_agreement)  # fmt: skip
     _, source = load_ctr(ckpt)
     datamodule = datamodule_from(ckpt, None, None, use_labels=True)
-    test = labeled_rows(datamodule, source.schema, "test", limit, "evaluation")
+    test = labeled_rows(split_loader(datamodule, "test"), source.schema, datamodule.schema, limit,
+                        "evaluation", "test")  # fmt: skip
     quantized = load_quantized(out)
     fp32 = ModelBuilder(source).build(source.fp32_plan())
     return {
         "config": args.config, "checkpoint": ckpt, "train_seconds": train_seconds,
         "budget_ne": args.budget_ne, "min_pair_agreement": args.min_pair_agreement,
-        "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg(),
         "report": {k: report[k] for k in REPORT_KEYS},
         "choices": report["choices"],
         "bytes": {"fp32": fp32.nbytes(), "quantized": quantized.nbytes()},
@@ -257,13 +261,9 @@ def acceptance(result: dict) -> dict:
     }  # fmt: skip
 
 
-def write_png(path: str, result: dict) -> None:
+def plot(result: dict) -> Figure:
     """Samples/s of FP32 and quantized by batch size, one panel per thread count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(THREADS), figsize=(9, 3.8), sharey=True)
     for ax, threads in zip(axes, THREADS, strict=True):
         for shift, model in ((-0.2, "fp32"), (0.2, "quantized")):
@@ -279,12 +279,12 @@ def write_png(path: str, result: dict) -> None:
     fig.suptitle(f"{Path(result['config'] or result['checkpoint']).name}: "
                  f"{result['acceptance']['compression']:.1f}x smaller")  # fmt: skip
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
 
 
 def main() -> None:
     """Parse arguments, run, print the acceptance figures, write JSON + PNG."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "configs/ctr/synthetic.yaml"))
     parser.add_argument("--ckpt", help="a trained CTR checkpoint (skips training)")
     parser.add_argument("--train-rows", type=int, default=300_000, help="synthetic data only")
@@ -297,9 +297,8 @@ def main() -> None:
         help="also keep this fraction of calibration pairs in FP32's order",
     )
     parser.add_argument("--out", help="where to keep the quantized directory")
-    parser.add_argument("--quick", action="store_true", help="20k rows, few timing rounds")
-    parser.add_argument("--json", required=True, help="output JSON path (PNG beside it)")
     args = parser.parse_args()
+    record = Recording(__file__)
     with tempfile.TemporaryDirectory() as work:
         result = run(args, Path(work))
     result["acceptance"] = acceptance(result)
@@ -312,8 +311,7 @@ def main() -> None:
             print(f"stages {key:24s}", " ".join(f"{k} {v:.2f}" for k, v in stages.items()), "ms")
     print("tables:", {k: v for k, v in result["tables"].items() if not isinstance(v, dict)})
     print("acceptance:", result["acceptance"])
-    atomic_write_json(args.json, result)
-    write_png(os.path.splitext(args.json)[0] + ".png", result)
+    record.write(args.json, result, plot, threads=None)  # one and two threads, per figure
 
 
 if __name__ == "__main__":

@@ -3,19 +3,19 @@
 timed on the same batches in interleaved rounds (admit, gather and update called directly,
 no autograd), with each kernel phase's CPU time per step.
 
-    python benchmarks/kernel_ab.py --base HEAD [--batch 4096] [--kinds int8_cache5,fp32]
-        [--skew criteo] [--rounds 9] --json OUT.json
+    python benchmarks/kernel_ab.py --base HEAD [--quick] [--batch 4096]
+        [--kinds int8_cache5,fp32] [--skew criteo] [--rounds 9] --json OUT.json
 
 Prints, per table kind, each phase's median ms per step for A (the revision) -> B (the
 working tree) and the median of per-round step-time ratios A / B (> 1: B faster). Two builds
 take about two minutes the first time (cached by source hash under TORCH_EXTENSIONS_DIR).
+``--quick``: tables capped at 50k rows, 3 rounds. Writes the JSON and a PNG beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import statistics
 import subprocess
 import sys
@@ -24,8 +24,11 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from _figures import save_figure
-from embedding import reexec_with_memory_env
+if not __package__:  # `python benchmarks/kernel_ab.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks._embedding_cases import reexec_with_memory_env
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 
 REPO = Path(__file__).resolve().parents[1]
 CSRC = "ssl_rec/hardware/kernels/csrc"
@@ -59,8 +62,8 @@ def build(tree: Path, label: str) -> ModuleType:
 def run(args: argparse.Namespace) -> dict:
     """Build both trees, time every kind under both, return the medians and ratios."""
     import torch
-    from _embedding_cases import DIM, make_batch
 
+    from benchmarks._embedding_cases import DIM, make_batch
     from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
     from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec
     from ssl_rec.hardware.kernels.compiled import CompiledKernels
@@ -126,13 +129,9 @@ def run(args: argparse.Namespace) -> dict:
     return out
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(result: dict) -> Figure:
     """Per-phase ms per step, A vs B, one panel per kind."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     kinds = list(result["kinds"])
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.5), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
@@ -147,12 +146,12 @@ def plot(result: dict, path: Path) -> None:
         ax.set_title(f"{kind}, B = {result['batch']}")
         ax.legend()
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
 
 
 def parse_args() -> argparse.Namespace:
     """Command-line options; a bad value exits with status 2 and one line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__.splitlines()[0])
     parser.add_argument("--base", default="HEAD", help="git revision of variant A")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--kinds", default="int8_cache5,fp32")
@@ -161,12 +160,15 @@ def parse_args() -> argparse.Namespace:
         "--optimizer", choices=("sgd", "rowwise_adagrad"), default="rowwise_adagrad"
     )
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, help="default 9 (3 with --quick)")
     parser.add_argument(
-        "--cap", type=int, default=250_000, help="rows per table at most (0: Criteo-Kaggle's)"
+        "--cap",
+        type=int,
+        help="rows per table at most (0: Criteo-Kaggle's; default 250000, 50000 with --quick)",
     )
-    parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
+    args.rounds = (3 if args.quick else 9) if args.rounds is None else args.rounds
+    args.cap = (50_000 if args.quick else 250_000) if args.cap is None else args.cap
     args.kinds = args.kinds.split(",")
     bad = [k for k in args.kinds if k not in KINDS]
     if bad:
@@ -189,9 +191,9 @@ class ListKernels:
         self._ext = ext
 
     def admit(self, t, ids, seed, step):  # noqa: ANN001, ANN201, D102
-        from ssl_rec.hardware.kernels.layout import Plan
+        from ssl_rec.hardware.kernels.table_meta import AdmittedBatch
 
-        return Plan(*self._ext.admit(*t, ids, seed, step, [], True))
+        return AdmittedBatch(*self._ext.admit(*t, ids, seed, step, [], True))
 
     def gather(self, t, plan):  # noqa: ANN001, ANN201, D102
         return self._ext.gather(*t, tuple(plan))
@@ -204,11 +206,8 @@ def main() -> None:
     """Run the A/B and write its JSON and plot."""
     args = parse_args()
     reexec_with_memory_env(all_huge_pages=False)
-    result = run(args)
-    from ssl_rec._io import atomic_write_bytes
-
-    atomic_write_bytes(args.json, json.dumps(result, indent=2).encode())
-    plot(result, args.json.with_suffix(".png"))
+    record = Recording(__file__)
+    record.write(args.json, run(args), plot, threads=args.threads)
 
 
 if __name__ == "__main__":

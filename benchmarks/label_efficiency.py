@@ -11,7 +11,7 @@ once per final setting.
 The JSON holds every variant's validation AUC, mean ± std of test AUC, paired per-seed
 differences against scratch, the oracle, the preset and the git commit; a plot beside it.
 
-    python benchmarks/label_efficiency.py --preset hard \
+    python benchmarks/label_efficiency.py --preset hard [--seeds 0 1 2] \
         --json benchmarks/results/label_efficiency_hard.json
     python benchmarks/label_efficiency.py --quick --json /tmp/ssl.json   # smoke run
 
@@ -21,9 +21,10 @@ Every run is built from the shipped YAML configs (``configs/pretrain/*.yaml`` pe
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -31,10 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from _figures import save_figure
-from _selection import BestValAUC, Run, git_commit, paired, select, table
+if not __package__:  # `python benchmarks/label_efficiency.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+import torch
+
+from benchmarks._harness import Figure, Recording, benchmark_parser, chosen_seeds, pyplot
+from benchmarks._selection import BestValAUC, Run, paired, select, table
 from ssl_rec.cli import instantiate
 
 warnings.filterwarnings("ignore", ".*LeafSpec.*")
@@ -133,12 +137,9 @@ def finetune(
     return best.best, test
 
 
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict) -> Figure:
+    """Test AUC against the labeled fraction, one line per family and scratch; the oracle."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, per_fraction in results.items():
         if name == "oracle":
@@ -155,7 +156,7 @@ def plot(results: dict, path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    save_figure(fig, path, dpi=120)
+    return fig
 
 
 def run(sizes: Sizes, families: list[str], preset: str, log: Callable[[str], None]) -> dict:
@@ -183,11 +184,8 @@ def run(sizes: Sizes, families: list[str], preset: str, log: Callable[[str], Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (~10 minutes)")
-    parser.add_argument(
-        "--json", type=Path, default=Path("benchmarks/results/label_efficiency.json")
-    )
+    """Parse arguments, run the study, write JSON + PNG, print the table and the comparisons."""
+    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True)
     parser.add_argument(
         "--preset",
         choices=("easy", "hard"),
@@ -197,6 +195,7 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(FAMILY_CONFIGS))
     parser.add_argument("--scratch-only", action="store_true")
     args = parser.parse_args()
+    record = Recording(__file__)  # the code version this run starts from
     os.environ.setdefault("WANDB_MODE", "offline")
     # One thread: on a shared 2-core host, OpenMP barriers of a second thread made the many
     # small ops of these models ~10x slower (measured: 0.5 s vs 0.04 s per backward).
@@ -206,7 +205,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--families: unknown {sorted(unknown)}; allowed {list(FAMILY_CONFIGS)}")
     sizes, start = QUICK if args.quick else FULL, time.time()
-    commit = git_commit()  # the code version this run starts from
+    sizes = dataclasses.replace(sizes, seeds=chosen_seeds(args, FULL.seeds))
 
     def log(msg: str) -> None:
         print(f"[{time.time() - start:6.0f}s] {msg}", flush=True)
@@ -219,12 +218,9 @@ def main() -> None:
                        *data_args(sizes, 4096, 0, args.preset)])  # fmt: skip
     out = {"results": results, "oracle": cli.datamodule.oracle_metrics("test"),
            "paired": comparisons,
-           "config": {**sizes.__dict__, "preset": args.preset, "commit": commit,
-                      "embedding_lrs": EMBEDDING_LRS,
+           "config": {**sizes.__dict__, "preset": args.preset, "embedding_lrs": EMBEDDING_LRS,
                       "seconds": round(time.time() - start)}}  # fmt: skip
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2))
-    plot({**results, "oracle": out["oracle"]}, args.json.with_suffix(".png"))
+    record.write(args.json, out, lambda r: plot({**r["results"], "oracle": r["oracle"]}), dpi=120)
     print(table(results, fractions, lambda f: f"test AUC, {float(f):.0%} labels"))
     print(f"oracle test AUC {out['oracle']['auc']:.4f} (preset {args.preset})")
     print(json.dumps(comparisons, indent=1))

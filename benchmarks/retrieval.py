@@ -9,17 +9,19 @@ Writes the JSON and a .png plot beside it (atomically) and prints a table.
 
 from __future__ import annotations
 
-import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+if not __package__:  # `python benchmarks/retrieval.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import faiss
 import numpy as np
 import torch
-from _figures import save_figure
 
-from ssl_rec._io import atomic_write_json
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
 from ssl_rec.cli import instantiate
 from ssl_rec.evaluation import (
     IndexConfig,
@@ -30,6 +32,7 @@ from ssl_rec.evaluation import (
 )
 from ssl_rec.evaluation.evaluate import latent_neighbors
 from ssl_rec.metrics import ann_recall_at_k
+from ssl_rec.models import Backbone
 from ssl_rec.schema import CategoricalField, FeatureSchema
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -71,12 +74,14 @@ def ann_recall(n: int, dim: int = 64, queries: int = 2000) -> dict:
 
 def export_seconds(n: int, dim: int = 64) -> dict:
     reps = RepresentationSet(clustered(n, dim, seed=2), np.arange(n), None)
-    # Only representations are exported, so a placeholder schema and module suffice.
+    # Only representations are exported, so a placeholder schema and its untrained backbone
+    # suffice (export_embeddings asks the backbone for vocabularies, built before the clock).
     schema = FeatureSchema(("I1",), (CategoricalField("C1", 2),), "label")
+    backbone = Backbone(schema)
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         export_embeddings(
-            torch.nn.Module(),
+            backbone,
             schema,
             Path(tmp) / "e",
             [],
@@ -119,12 +124,9 @@ def latent_recall(quick: bool, root: Path) -> dict:
     }
 
 
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict) -> Figure:
+    """Latent-neighbour recall per model; ANN recall and the export time."""
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     lat = results.get("latent_neighbor_recall_at_10", {})
     axes[0].bar(
@@ -135,15 +137,15 @@ def plot(results: dict, path: Path) -> None:
     axes[1].set_ylim(0, 1)
     axes[1].set_title(f"export 1M x 64: {results['export_seconds_1m']:.1f} s")
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller training runs")
-    parser.add_argument("--json", required=True, help="output JSON path (a .png is written beside)")
+    """Parse arguments, measure, write JSON + PNG, print a table."""
+    parser = benchmark_parser(__doc__.splitlines()[0])
     parser.add_argument("--skip-latent", action="store_true", help="skip the training part")
     args = parser.parse_args()
+    record = Recording(__file__)
     faiss.omp_set_num_threads(2)
     ann = ann_recall(100_000)
     exp = export_seconds(1_000_000)
@@ -156,8 +158,7 @@ def main() -> None:
     if not args.skip_latent:
         with tempfile.TemporaryDirectory() as tmp:
             results["latent_neighbor_recall_at_10"] = latent_recall(args.quick, Path(tmp))
-    atomic_write_json(args.json, results)
-    plot(results, Path(args.json).with_suffix(".png"))
+    record.write(args.json, results, plot)
     rows = [
         ("ann_recall_at_10", ann["ann_recall_at_10"]),
         ("export_seconds_1m", exp["export_seconds"]),

@@ -1,6 +1,6 @@
 """Scale-out benchmark: 1- vs 2-process training throughput here, and the cost model for 8-128.
 
-    python benchmarks/scale_out.py --json benchmarks/results/scale_out.json [--quick]
+    python benchmarks/scale_out.py [--quick] --json benchmarks/results/scale_out.json
 
 1. Kernel rates (one thread): training forward and fused update, ns per id, per storage
    precision; the dense layers' ns per sample. They feed the cost model.
@@ -14,20 +14,22 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import torch
-from _figures import save_figure
+if not __package__:  # `python benchmarks/scale_out.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from ssl_rec._io import atomic_write_json
+import torch
+
+from benchmarks._fresh_process import run_in_fresh_process
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
+from benchmarks._scale_out_worker import train_steps
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.distributed.cost_model import KernelRates, TableInfo, default_hit_rate, step_cost
 from ssl_rec.distributed.planner import plan_tables
@@ -55,11 +57,14 @@ def kernel_rates(ids_per_call: int, repeats: int) -> dict:
     for precision in PRECISIONS:
         emb = MixedPrecisionEmbeddingCollection([200_000], 16, TableSpec(precision)).train()
         grad = torch.randn(ids_per_call, 1, 16)
-        emb.group.admit_and_lookup(ids)  # warm up
         group = emb.group
-        forward[precision] = _median_seconds(lambda g=group: g.admit_and_lookup(ids), repeats)
+        plan = group.admit(ids)  # warm up; the update below is timed on this batch's plan
+        group.gather(plan)
+        # training forward = admission + gather (TableGroup's API since the fused
+        # admit_and_lookup was split); the update is the fused optimizer step
+        forward[precision] = _median_seconds(lambda g=group: g.gather(g.admit(ids)), repeats)
         backward[precision] = _median_seconds(
-            lambda g=group, d=grad: g.apply_update(ids, d), repeats
+            lambda g=group, p=plan, d=grad: g.apply_update(p, d), repeats
         )
         forward[precision] *= 1e9 / ids_per_call
         backward[precision] *= 1e9 / ids_per_call
@@ -71,7 +76,7 @@ def kernel_rates(ids_per_call: int, repeats: int) -> dict:
 
 def dense_ns_per_sample(batch: int, repeats: int) -> tuple[float, int]:
     """Forward + backward ns per sample of the config's dense layers; their parameter bytes."""
-    from ssl_rec.cli.main import instantiate
+    from ssl_rec.cli import instantiate
 
     tiny = [f"--data.init_args.{split}=64" for split in ("n_train", "n_val", "n_test")]
     cli = instantiate(["--config", str(CONFIG), "--trainer.devices=1", *tiny])
@@ -92,15 +97,11 @@ def dense_ns_per_sample(batch: int, repeats: int) -> tuple[float, int]:
 
 def throughput(nproc: int, steps: int, global_batch: int) -> float:
     """Samples/s of the worker on ``nproc`` gloo processes (torchrun)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-               str(nproc), str(ROOT / "benchmarks/_scale_out_worker.py"), str(CONFIG), str(steps),
-               str(global_batch)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if not lines:
-        raise RuntimeError(f"worker on {nproc} processes gave no result:\n{done.stderr[-4000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])["samples_per_s"]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = run_in_fresh_process(train_steps, str(CONFIG), steps, global_batch, timeout=900,
+                                  env=env, launcher=torchrun)  # fmt: skip
+    return result["samples_per_s"]
 
 
 def cost_model(rates: KernelRates, batch_per_rank: int, dense_bytes: int) -> list[dict]:
@@ -120,12 +121,9 @@ def cost_model(rates: KernelRates, batch_per_rank: int, dense_bytes: int) -> lis
     return rows
 
 
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(result: dict) -> Figure:
+    """The cost model's predicted step by part, and per-rank memory and all-to-all bytes."""
+    plt = pyplot()
     rows = result["cost_model"]
     worlds = [r["world_size"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -140,14 +138,13 @@ def plot(result: dict, path: Path) -> None:
     right.plot(worlds, [r["a2a_mib_per_rank"] for r in rows], marker="s", label="a2a MiB per step")
     right.set(xscale="log", yscale="log", xlabel="ranks", title="per rank")
     right.legend(fontsize=7)
-    save_figure(fig, path)
+    return fig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", required=True)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    """Measure the rates and the 1- and 2-process throughput, price 8-128 ranks, write."""
+    args = benchmark_parser(__doc__.splitlines()[0]).parse_args()
+    record = Recording(__file__)
     torch.set_num_threads(1)
     repeats = 3 if args.quick else 7
     measured = kernel_rates(16_384 if args.quick else 65_536, repeats)
@@ -158,11 +155,7 @@ def main() -> None:
     steps, batch = (10, 1024) if args.quick else (30, 2048)
     one, two = throughput(1, steps, batch), throughput(2, steps, batch)
     result = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_average": os.getloadavg(),
-        },  # fmt: skip
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "rates": rates.to_dict(),
         "dense_param_bytes": dense_bytes,
         "throughput": {
@@ -174,8 +167,7 @@ def main() -> None:
         },  # fmt: skip
         "cost_model": cost_model(rates, 2048, dense_bytes),
     }
-    atomic_write_json(args.json, result)
-    plot(result, Path(args.json).with_suffix(".png"))
+    record.write(args.json, result, plot)
     print(json.dumps(result, indent=1))
 
 

@@ -9,19 +9,20 @@ Usage: python benchmarks/vocabulary.py [--quick] --json OUT.json   (also writes 
 
 from __future__ import annotations
 
-import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+if not __package__:  # `python benchmarks/vocabulary.py`: import the package from the root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import pyarrow as pa
 import torch
-from _figures import save_figure
 
-from ssl_rec._io import atomic_write_json
-from ssl_rec.vocabularies import Vocabularies
-from ssl_rec.vocabulary import Vocabulary
+from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
+from ssl_rec.vocab import Vocabularies, Vocabulary
 
 FIELDS = 26
 
@@ -61,12 +62,9 @@ def bench(n_values: int, tmp: Path) -> dict[str, float]:
             "arrow_save_s": arrow_save_s, "arrow_load_s": arrow_load_s}  # fmt: skip
 
 
-def plot(results: list[dict[str, float]], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: list[dict[str, float]]) -> Figure:
+    """Save and load seconds of both forms against the number of values."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3))
     n = [r["values"] / 1e6 for r in results]
     for key, label in (("save_s", "checkpoint save"), ("load_s", "checkpoint load"),
@@ -76,14 +74,13 @@ def plot(results: list[dict[str, float]], png: Path) -> None:
     ax.set_ylabel("seconds")
     ax.legend()
     fig.tight_layout()
-    save_figure(fig, png)
+    return fig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", required=True, type=Path)
-    args = parser.parse_args()
+    """Parse arguments, measure each size, print a table, write JSON + PNG."""
+    args = benchmark_parser(__doc__).parse_args()
+    record = Recording(__file__)
     counts = [250_000, 1_000_000] if args.quick else [1_000_000, 2_000_000, 4_000_000]
     with tempfile.TemporaryDirectory() as tmp:
         results = [bench(n, Path(tmp)) for n in counts]
@@ -92,8 +89,7 @@ def main() -> None:
         print(f"{r['values']:>10,}{r['raw_mb']:>8.1f}{r['checkpoint_mb']:>9.1f}"
               f"{r['save_s']:>8.2f}{r['load_s']:>8.2f}{r['arrow_mb']:>10.1f}")  # fmt: skip
     plain = [{k: float(v) for k, v in r.items()} for r in results]
-    atomic_write_json(args.json, {"results": plain, "quick": args.quick})
-    plot(results, args.json.with_suffix(".png"))
+    record.write(args.json, {"results": plain, "quick": args.quick}, lambda r: plot(r["results"]))
 
 
 if __name__ == "__main__":

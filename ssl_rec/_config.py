@@ -56,8 +56,9 @@ def describe(value: Any, where: str = "value") -> Any:
         TypeError: naming ``where`` when ``value`` has no plain description.
 
     Example:
-        >>> describe(functools.partial(dict, a=1))
-        {'class_path': 'builtins.dict', 'init_args': {'a': 1}}
+        >>> from fractions import Fraction
+        >>> describe(functools.partial(Fraction, 3, denominator=4))
+        {'class_path': 'fractions.Fraction', 'init_args': {'numerator': 3, 'denominator': 4}}
 
     """
     if isinstance(value, enum.Enum):

@@ -3,20 +3,25 @@
 Everything is written to a temporary sibling first and renamed into place, so an interrupted
 run never leaves a partial cache, checkpoint or export that a later run would trust. The
 temporary name carries the writer's process id (``.<name>.<pid>.<random>.tmp``), so the
-leftovers of a killed run are recognised and removed by the next write of the same path;
-:class:`FileLock` keeps two processes from building the same thing at once.
+leftovers of a killed run are recognised and removed by the next write of the same path
+(a :class:`filelock.FileLock` keeps two processes from building the same thing at once:
+:func:`ssl_rec.data.storage.entry_build_lock`). Writers record
+:func:`file_checksum` s of their payload in the artifact's manifest and readers check them
+with :func:`verify_file` (off with ``SSL_REC_VERIFY=0``: :func:`verification_enabled`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
+import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +47,28 @@ def _tmp_sibling(path: Path, kind: str) -> Path:
     return Path(made)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace``."""
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (a rename into it) to disk; a no-op where unsupported."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | bytearray | memoryview) -> Path:
+    """Write ``data`` to ``path`` via a fsynced temporary sibling and ``os.replace``.
+
+    The directory is fsynced after the rename, so after a power loss ``path`` holds the old or
+    the new bytes, never a truncated file. If the write fails (e.g. disk full) the temporary
+    file is removed and ``path`` is untouched.
+    """
     path = Path(path)
     remove_stale_temporaries(path)
     tmp = _tmp_sibling(path, "file")
@@ -53,9 +78,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        written = _bytes_under(tmp) if is_disk_full(e) else 0
         tmp.unlink(missing_ok=True)
+        _raise_if_disk_full(e, path, written)
         raise
+    fsync_directory(path.parent)
     return path
 
 
@@ -71,8 +99,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        written = _bytes_under(tmp) if is_disk_full(e) else 0
         tmp.unlink(missing_ok=True)
+        _raise_if_disk_full(e, path, written)
         raise
 
 
@@ -98,8 +128,10 @@ def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> I
             ``FileExistsError``.
 
     Example:
-        >>> with atomic_directory("/tmp/export") as tmp:  # doctest: +SKIP
-        ...     (tmp / "manifest.json").write_text("{}")
+        >>> with atomic_directory("export") as tmp:
+        ...     _ = (tmp / "manifest.json").write_text("{}")
+        >>> [p.name for p in Path("export").iterdir()]
+        ['manifest.json']
 
     """
     path = Path(path)
@@ -116,9 +148,60 @@ def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> I
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        written = _bytes_under(tmp) if is_disk_full(e) else 0
         shutil.rmtree(tmp, ignore_errors=True)
+        _raise_if_disk_full(e, path, written, rename=True)  # not the temporary's inner file
         raise
+
+
+# A full disk (or quota): one error naming what was being written, for any writer here.
+DISK_FULL_ERRNOS = tuple(
+    code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None
+)
+
+
+class DiskFullError(OSError):
+    """No space left on the device (or quota) while writing an artifact; ``filename`` is it."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is an ``OSError`` saying the device or the quota is full."""
+    return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
+
+
+def disk_full_error(target: str | os.PathLike[str], written: int = 0) -> DiskFullError:
+    """The :class:`DiskFullError` of writing ``target``, with what was written before it filled.
+
+    Args:
+        target: the file or directory being written.
+        written: bytes written before the device filled (the need is more than that).
+
+    """
+    # No free-space figure: files the failed writer still holds open keep their blocks.
+    detail = f" (it needs more than the {_mib(written)} written)" if written else ""
+    message = f"no space left on device writing {target}{detail}; free space or write elsewhere"
+    return DiskFullError(errno.ENOSPC, message, str(target))
+
+
+def _raise_if_disk_full(
+    error: BaseException, target: Path, written: int, rename: bool = False
+) -> None:
+    if is_disk_full(error) and (rename or not isinstance(error, DiskFullError)):
+        raise disk_full_error(target, written) from error
+
+
+def _bytes_under(path: Path) -> int:
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MB" if n >= 2**20 else f"{n / 2**20:.2f} MB"
 
 
 def _alive(pid: int) -> bool:
@@ -168,38 +251,112 @@ def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
-class FileLock:
-    """An exclusive ``flock`` on ``<path>`` held inside a ``with`` block (POSIX).
+# Integrity: checksums recorded when an artifact is written, verified when it is read.
+VERIFY_ENV = "SSL_REC_VERIFY"
+_ALGORITHMS = ("crc32", "sha256")
+_verified: set[tuple[Any, ...]] = set()
 
-    The operating system releases it when the process dies, so a killed run never blocks
-    the next one.
+
+def verification_enabled() -> bool:
+    """Whether artifacts' recorded checksums are verified on load.
+
+    On unless ``SSL_REC_VERIFY`` is ``0``, ``false``, ``no`` or ``off`` (the one switch for
+    cache shards, quantized directories, exports and checkpoints).
+    """
+    return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class ChecksumError(ValueError):
+    """A file's bytes differ from the checksum recorded when it was written."""
+
+
+def file_checksum(path: str | os.PathLike[str], algorithm: str = "crc32",
+                  chunk: int = 1 << 20) -> str:  # fmt: skip
+    """Checksum of a file's bytes as ``"<algorithm>:<hex>"``, read in ``chunk``-byte blocks.
 
     Args:
-        path: lock file (created if missing; left in place).
-        message: logged once if another process holds the lock and this one waits.
+        path: the file.
+        algorithm: ``crc32`` (``zlib``: a full 320 MB cache shard in 0.22 s, 1.4-2 GB/s on
+            a 2-core VM; detects accidental corruption) or ``sha256`` (0.6-1.3 GB/s).
+        chunk: bytes per read.
 
-    Example:
-        >>> with FileLock("/tmp/cache/.entry.lock"):  # doctest: +SKIP
-        ...     build_entry()
+    Returns:
+        e.g. ``"crc32:1a2b3c4d"``.
 
     """
+    if algorithm not in _ALGORITHMS:
+        raise ValueError(f"unknown checksum algorithm {algorithm!r}; use one of {_ALGORITHMS}")
+    with open(path, "rb") as f:
+        if algorithm == "crc32":
+            crc = 0
+            while block := f.read(chunk):
+                crc = zlib.crc32(block, crc)
+            return f"crc32:{crc:08x}"
+        digest = hashlib.sha256()
+        while block := f.read(chunk):
+            digest.update(block)
+        return f"sha256:{digest.hexdigest()}"
 
-    def __init__(self, path: str | os.PathLike[str], message: str = "") -> None:
-        self.path, self.message = Path(path), message
-        self._fd: int | None = None
 
-    def __enter__(self) -> FileLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for %s: %s", self.path, self.message or "held by another process")
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        return self
+def directory_checksums(directory: str | os.PathLike[str], exclude: Iterable[str] = (),
+                        algorithm: str = "crc32") -> dict[str, str]:  # fmt: skip
+    """:func:`file_checksum` of every regular file under ``directory``, by relative POSIX path.
 
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+    Args:
+        directory: the artifact's directory.
+        exclude: relative paths to leave out (the manifest that will hold the result).
+        algorithm: see :func:`file_checksum`.
+
+    Returns:
+        ``{"train/00000.arrow": "crc32:...", ...}`` in sorted order.
+
+    """
+    root, skip = Path(directory), set(exclude)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    return {
+        rel: file_checksum(p, algorithm)
+        for p in files
+        if (rel := p.relative_to(root).as_posix()) not in skip
+    }
+
+
+def verify_file(path: str | os.PathLike[str], expected: str | None, remedy: str = "",
+                once: bool = True) -> bool:  # fmt: skip
+    """Check a file against the checksum recorded for it.
+
+    Args:
+        path: the file.
+        expected: the recorded ``"<algorithm>:<hex>"``; ``None`` (an artifact written before
+            checksums) skips the check.
+        remedy: what the user can do, appended to the error (e.g. ``"delete DIR to rebuild
+            it"``).
+        once: skip a file this process already verified unchanged (same inode, size and
+            mtime), so a memory-mapped shard opened by every loader is read once.
+
+    Returns:
+        Whether the file was read and verified (``False``: disabled, skipped or no record).
+
+    Raises:
+        ChecksumError: naming the file when its bytes do not match.
+        FileNotFoundError: when the recorded file is missing.
+
+    """
+    if expected is None or not verification_enabled():
+        return False
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, expected)
+    if once and key in _verified:
+        return False
+    algorithm = str(expected).partition(":")[0]
+    if algorithm not in _ALGORITHMS:
+        raise ChecksumError(f"{path}: unknown recorded checksum {expected!r}")
+    actual = file_checksum(path, algorithm)
+    if actual != expected:
+        hint = f"; {remedy}" if remedy else ""
+        raise ChecksumError(
+            f"{path}: corrupt, its checksum {actual} differs from {expected} recorded when it "
+            f"was written{hint} (SSL_REC_VERIFY=0 skips this check)"
+        )
+    _verified.add(key)
+    return True

@@ -51,7 +51,8 @@ class FeatureSchema:
         categorical: the categorical fields, in order; ``F = len(categorical)``.
         label: name of the binary label column, or ``None`` for unlabeled data.
         metadata: free-form JSON-able facts about the data (source, preprocessing options,
-            oracle metrics of synthetic data, ``vocab_dir`` where raw values of ids live, ...).
+            oracle metrics of synthetic data, ``vocabulary_file`` where raw values of ids
+            live, ...).
 
     Example:
         >>> s = FeatureSchema(["I1"], [CategoricalField("C1", 10)], "label")

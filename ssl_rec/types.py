@@ -14,7 +14,7 @@ import torch
 from ssl_rec.schema import FeatureSchema
 
 if TYPE_CHECKING:
-    from ssl_rec.vocabularies import Vocabularies
+    from ssl_rec.vocab import Vocabularies
 
 
 @dataclass(frozen=True)

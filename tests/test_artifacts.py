@@ -20,7 +20,7 @@ import torch
 from ssl_rec.cli import instantiate, run
 from ssl_rec.data import TabularDataModule
 from ssl_rec.lightning import CTRModule, load_module, read_checkpoint
-from ssl_rec.vocabulary import CodedColumn
+from ssl_rec.vocab import CodedColumn
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOPS = [f"s{i}" for i in range(12)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ssl_rec.cli import main
+from ssl_rec.cli import run as cli_run
 from ssl_rec.cli.errors import summarize_parser_error
 
 GOOD = "\t".join(["0"] + ["1"] * 13 + ["05db9164"] * 26)
@@ -110,13 +112,13 @@ CASES = {
         ["label_fraction", "1.5"],
     ),
     "missing checkpoint": (
-        lambda t: ["export", "--ckpt", str(t / "none.ckpt"), "--out", str(t / "out")],
+        lambda t: ["export", "--ckpt_path", str(t / "none.ckpt"), "--out", str(t / "out")],
         ["none.ckpt"],
     ),
     "corrupt checkpoint": (
         lambda t: [
             "export",
-            "--ckpt",
+            "--ckpt_path",
             str(_criteo(t, ["junk"], "bad.ckpt")),
             "--out",
             str(t / "out"),
@@ -144,7 +146,7 @@ CASES = {
     "unknown export field": (
         lambda t: [
             "export",
-            "--ckpt",
+            "--ckpt_path",
             _tiny_checkpoint(t),
             "--out",
             str(t / "o"),
@@ -154,8 +156,22 @@ CASES = {
         ["NOPE"],
     ),
     "unknown export option": (
-        lambda t: ["export", "--ckpt", "x.ckpt", "--out", str(t / "o"), "--nope", "1"],
+        lambda t: ["export", "--ckpt_path", "x.ckpt", "--out", str(t / "o"), "--nope", "1"],
         ["nope"],
+    ),
+    "data file given to the synthetic data module": (
+        lambda t: [
+            "fit",
+            "--config",
+            "configs/pretrain/contrastive.yaml",
+            f"--data.path={_csv(t)}",
+        ],
+        [
+            "--data.path",
+            "SyntheticCTRDataModule",
+            "reads no file",
+            "--data configs/common/data/tabular_unlabeled.yaml --data.path FILE",
+        ],
     ),
 }
 
@@ -195,11 +211,11 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_subcommand(capsys) -> None:
-    from ssl_rec.cli.main import EXTRA_COMMANDS
+    from ssl_rec.cli.commands import SUBCOMMANDS
 
     main(["--help"])
     out = capsys.readouterr().out
-    for name in ("fit", "validate", "test", "predict", *EXTRA_COMMANDS):
+    for name in ("fit", "validate", "test", "predict", *SUBCOMMANDS):
         assert f"\n  {name} " in out, name
 
 
@@ -214,3 +230,37 @@ def test_nested_parser_error_is_reduced_to_key_and_reason() -> None:
     assert summarize_parser_error(message) == (
         "model > tables > precision: Expected a member of Precision. Got value: int3"
     )
+
+
+def test_synthetic_path_error_names_a_data_config_that_reads_the_file(
+    tmp_path: Path, capsys
+) -> None:
+    pretrain = ["fit", "--config", "configs/pretrain/contrastive.yaml"]
+    with pytest.raises(SystemExit):
+        main([*pretrain, f"--data.path={_csv(tmp_path)}"])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    data_config = re.search(r"--data (configs/\S+\.yaml) --data\.path FILE", message).group(1)
+    cli = cli_run([*pretrain, "--data", data_config, f"--data.path={_csv(tmp_path)}",
+                   "--data.dense=[price]", "--data.categorical=[user]",
+                   f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+                   f"--trainer.default_root_dir={tmp_path / 'run'}", *TINY])  # fmt: skip
+    assert type(cli.datamodule).__name__ == "TabularDataModule"
+    assert cli.trainer.global_step == 1 and cli.datamodule.schema.field_names == ["user"]
+
+
+def test_data_option_hint_only_for_file_options_of_modules_reading_no_file() -> None:
+    from ssl_rec.cli.data_option_hint import data_option_hint
+
+    def refused(module: str, option: str) -> str:
+        return (
+            'Parser key "data":\n  Errors:\n'
+            f"    - Problem with given class_path '{module}':\n"
+            f"        Option '{option}' is not accepted\n"
+        )
+
+    hint = data_option_hint(refused("ssl_rec.data.sources.movielens.MovieLensDataModule", "label"))
+    assert hint.startswith("--data.label: the config's data module (MovieLensDataModule) reads")
+    assert "--data configs/common/data/tabular.yaml" in hint
+    assert data_option_hint(refused("ssl_rec.data.SyntheticCTRDataModule", "nope")) is None
+    assert data_option_hint(refused("ssl_rec.data.CriteoDataModule", "dense")) is None
+    assert data_option_hint("data: Option 'path' is not accepted") is None

@@ -121,6 +121,7 @@ BAD_ENCODER_HYPERPARAMETERS = {
     "DLRMEncoder": {"top": ()},
     "DCNv2Encoder": {"cross_layers": 0},
     "DeepFMEncoder": {"deep": ()},
+    "TowerEncoder": {"output_dim": 0},
 }
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ssl_rec.vocabulary import (
+from ssl_rec.vocab import (
     CodedColumn,
     Vocabulary,
     frequency_order,

@@ -16,8 +16,8 @@ from typing import Any
 
 from jsonargparse import Namespace
 
-from ssl_rec.lightning.checkpoint import read_checkpoint, vocabulary_of
-from ssl_rec.vocabularies import Vocabularies
+from ssl_rec.lightning.checkpoint_loading import read_checkpoint, vocabulary_of
+from ssl_rec.vocab import Vocabularies
 
 CKPT_COMMANDS = ("validate", "test", "predict")
 DM_HPARAMS = "datamodule_hyper_parameters"
@@ -45,14 +45,14 @@ def class_config(hparams: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[s
 def checkpoint_defaults(argv: Sequence[str]) -> tuple[list[str], dict | None]:
     """``argv`` with the checkpoint's model and data configs first, and the loaded checkpoint.
 
-    Only for ``validate``/``test``/``predict`` with a ``--ckpt_path`` naming a file; other
-    command lines come back unchanged (with ``None``).
+    Only for ``validate``/``test``/``predict`` with a ``--ckpt_path`` naming a file or a
+    sharded checkpoint directory; other command lines come back unchanged (with ``None``).
     """
     argv = list(argv)
     if not argv or argv[0] not in CKPT_COMMANDS:
         return argv, None
     path = option_value(argv[1:], "ckpt_path")
-    if path is None or not Path(path).is_file():
+    if path is None or not Path(path).exists():  # a file, or a sharded checkpoint directory
         return argv, None
     checkpoint = read_checkpoint(path)
     defaults = []
@@ -65,10 +65,25 @@ def checkpoint_defaults(argv: Sequence[str]) -> tuple[list[str], dict | None]:
     return [argv[0], *defaults, *argv[1:]], checkpoint
 
 
+def ckpt_path_checkpoint(
+    config: Namespace, loaded: tuple[str, dict] | None
+) -> tuple[str, dict] | None:  # fmt: skip
+    """``(path, checkpoint)`` of the command's ``ckpt_path`` file, read once (else ``loaded``).
+
+    Reading checks the checkpoint's class paths (:func:`read_checkpoint`), so a config
+    file's ``ckpt_path`` is checked like ``--ckpt_path`` before LightningCLI parses it.
+    """
+    subcommand = config.get("subcommand")
+    path = config[subcommand].get("ckpt_path") if subcommand else None
+    if not path or not Path(str(path)).exists() or (loaded and loaded[0] == str(path)):
+        return loaded
+    return str(path), read_checkpoint(path)
+
+
 def vocabulary_source(subcommand: str | None, config: Namespace) -> str | None:
     """The checkpoint whose vocabulary must encode the data of this command, if any."""
     ckpt_path = config.get("ckpt_path")
-    if ckpt_path and Path(str(ckpt_path)).is_file():
+    if ckpt_path and Path(str(ckpt_path)).exists():  # a file or a sharded checkpoint dir
         return str(ckpt_path)
     init_from = config.get("model.init_args.init_from") if subcommand in ("fit", None) else None
     return str(init_from) if init_from else None

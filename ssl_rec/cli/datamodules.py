@@ -7,7 +7,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.cli import instantiate_module
 
-from ssl_rec.lightning.checkpoint import read_checkpoint
+from ssl_rec.lightning.checkpoint_loading import read_checkpoint
 
 DM_HPARAMS = "datamodule_hyper_parameters"
 

@@ -5,7 +5,8 @@
    fraction, compared with the same model trained from scratch on those labels.
 
 Every stage runs through the ``ssl-rec`` command line with the shipped YAML configs, and the
-figures land in ``<out>/report.json``.
+figures land in ``<out>/report.json``; the output ends with where the report, the runs and
+their W&B offline runs are, and a command to try next (:func:`closing_summary`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,30 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ssl_rec._io import atomic_write_json
 from ssl_rec.cli import main as ssl_rec
+from ssl_rec.cli.run_outputs import wandb_group
 
 # The default synthetic data (1M training rows); a smaller validation split saves time.
 DEMO_DATA = ["--data.n_val", "50000", "--data.n_test", "100000"]
+# The stages, in order: each a run directory under --out.
+STAGES = ("ctr_full_labels", "ctr_few_labels_scratch", "pretrain", "ctr_few_labels_pretrained")
+NEXT_COMMAND = (
+    "ssl-rec fit --config configs/ctr/tabular.yaml --data.path clicks.csv --data.label clicked "
+    "--data.dense '[price]' --data.categorical '[user,item]'"
+)
+
+
+def _end_wandb_run() -> None:
+    """Close the W&B run a stage opened, so the next stage logs to a run of its own."""
+    wandb = sys.modules.get("wandb")  # imported only if a stage logged to W&B
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
 def _run(out: Path, name: str, config: str, extra: list[str], test: bool = True) -> dict[str, Any]:
@@ -30,9 +46,11 @@ def _run(out: Path, name: str, config: str, extra: list[str], test: bool = True)
     shutil.rmtree(root, ignore_errors=True)  # stale checkpoints would be picked as "best"
     common = ["--config", config, "--trainer.default_root_dir", str(root), *DEMO_DATA, *extra]
     ssl_rec(["fit", *common])
+    _end_wandb_run()
     if not test:
         return {}
     ssl_rec(["test", *common, "--ckpt_path", str(best_checkpoint(root))])
+    _end_wandb_run()
     return json.loads((root / "metrics.json").read_text())
 
 
@@ -43,17 +61,25 @@ def best_checkpoint(root: Path) -> Path:
 
 
 def run_demo(out: Path, label_fraction: float, pretrain_config: str) -> dict[str, Any]:
-    """Run every stage and return the report (also written to ``out/report.json``)."""
+    """Run every stage and return the report (also written to ``out/report.json``).
+
+    Each stage's fit is a W&B run of its own (its test logs into it), all in one group named
+    after ``out`` and the start time.
+    """
+    with wandb_group(f"{out.absolute().name}-{time.strftime('%Y%m%d-%H%M%S')}"):
+        return _run_stages(out, label_fraction, pretrain_config)
+
+
+def _run_stages(out: Path, label_fraction: float, pretrain_config: str) -> dict[str, Any]:
     start = time.time()
-    full = _run(out, "ctr_full_labels", "configs/ctr/synthetic.yaml", [])
+    full = _run(out, STAGES[0], "configs/ctr/synthetic.yaml", [])
     few = ["--data.label_fraction", str(label_fraction)]
-    scratch = _run(out, "ctr_few_labels_scratch", "configs/finetune/ctr.yaml", few)
-    _run(out, "pretrain", pretrain_config, [], test=False)
-    ckpt = out / "pretrain" / "checkpoints" / "last.ckpt"
+    scratch = _run(out, STAGES[1], "configs/finetune/ctr.yaml", few)
+    _run(out, STAGES[2], pretrain_config, [], test=False)
+    ckpt = out / STAGES[2] / "checkpoints" / "last.ckpt"
     finetuned = _run(
-        out, "ctr_few_labels_pretrained", "configs/finetune/ctr.yaml",
-        [*few, "--model.init_from", str(ckpt)],
-    )  # fmt: skip
+        out, STAGES[3], "configs/finetune/ctr.yaml", [*few, "--model.init_from", str(ckpt)]
+    )
     report = {
         "test_auc": full["test_auc"],
         "test_logloss": full["test_logloss"],
@@ -90,6 +116,25 @@ def _print(report: dict[str, Any]) -> None:
     print(f"\nAUC gap to oracle: {gap:.4f}; took {report['seconds']:.0f} s")
 
 
+def closing_summary(out: Path) -> list[str]:
+    """The demo's last lines: its runs, their W&B offline runs, what to try next, the report.
+
+    The report comes last: a log's last line says where the results are.
+    """
+    runs = [out / name for name in STAGES if (out / name).is_dir()]
+    offline = sorted(out.glob("*/wandb/offline-run-*"))
+    lines = ["", f"runs (config.yaml, checkpoints/, metrics.json): {', '.join(map(str, runs))}"]
+    if offline:
+        lines.append(f"W&B offline runs: {len(offline)} in <run>/wandb/ (upload them: "
+                     f"wandb sync {out}/*/wandb/offline-run-*)")  # fmt: skip
+    lines += [
+        "next: `source .venv/bin/activate` puts ssl-rec on the PATH (or run .venv/bin/ssl-rec);",
+        f"  then try your own data (README, 'Your own data'): {NEXT_COMMAND}",
+        f"report: {out / 'report.json'}",
+    ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse ``--out`` / ``--label-fraction`` / ``--pretrain-config`` and run the demo."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     if not 0.0 < args.label_fraction <= 1.0:
         parser.error(f"--label-fraction must be in (0, 1], got {args.label_fraction}")
     _print(run_demo(args.out, args.label_fraction, args.pretrain_config))
+    print("\n".join(closing_summary(args.out)))
 
 
 if __name__ == "__main__":

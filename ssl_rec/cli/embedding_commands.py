@@ -20,7 +20,9 @@ import pytorch_lightning as pl
 from jsonargparse import CLI
 
 from ssl_rec._io import atomic_write_json
+from ssl_rec.cli.allow_class_option import ALLOW_HELP
 from ssl_rec.cli.datamodules import datamodule_from, split_loader
+from ssl_rec.cli.run_dir import refuse_existing_output
 from ssl_rec.data import SyntheticCTRDataModule
 from ssl_rec.evaluation import (
     EvalConfig,
@@ -29,13 +31,13 @@ from ssl_rec.evaluation import (
     evaluate_embeddings,
     export_embeddings,
 )
-from ssl_rec.lightning.checkpoint import load_module
+from ssl_rec.lightning.checkpoint_loading import load_module
 
 log = logging.getLogger(__name__)
 
 
 def export(
-    ckpt: str,
+    ckpt_path: str,
     out: str,
     fields: list[str] | None = None,
     split: str | None = None,
@@ -51,7 +53,9 @@ def export(
     """Export entity embeddings (and optionally a split's representations) with FAISS indexes.
 
     Args:
-        ckpt: checkpoint written by ``ssl-rec fit`` (CTR or pretraining).
+        ckpt_path: checkpoint written by ``ssl-rec fit``: a CTR run's best model is
+            ``<default_root_dir>/checkpoints/best.ckpt`` (best validation AUC), a
+            pretraining run's ``checkpoints/last.ckpt``.
         out: export directory (written atomically).
         fields: categorical fields to export, e.g. ``'[C1,C2]'``; default all, ``'[]'`` none.
         split: also export pooled representations of this split (``train``/``val``/``test``).
@@ -65,11 +69,12 @@ def export(
         overwrite: replace an existing ``out``.
 
     """
-    module = load_module(ckpt)
+    refuse_existing_output(out, overwrite)
+    module = load_module(ckpt_path)
     config = IndexConfig(index, metric, precision, train_size, normalize)
     reps = None
     if split is not None:
-        loader = split_loader(datamodule_from(ckpt, data, module), split)
+        loader = split_loader(datamodule_from(ckpt_path, data, module), split)
         reps = {split: compute_representations(module, loader, max_rows, progress=True)}
     path = export_embeddings(
         module,
@@ -78,7 +83,7 @@ def export(
         fields,
         config=config,
         representations=reps,
-        checkpoint=ckpt,
+        checkpoint=ckpt_path,
         overwrite=overwrite,
     )
     print(f"exported to {path}")
@@ -86,7 +91,7 @@ def export(
 
 
 def evaluate(
-    ckpt: str,
+    ckpt_path: str,
     data: pl.LightningDataModule | None = None,
     json_out: str | None = None,
     train_rows: int = 20_000,
@@ -99,7 +104,7 @@ def evaluate(
     """Probe and measure a checkpoint's representations; print a table, write JSON.
 
     Args:
-        ckpt: checkpoint written by ``ssl-rec fit``.
+        ckpt_path: checkpoint written by ``ssl-rec fit``.
         data: labeled data module (default: the one recorded in the checkpoint).
         json_out: write the results here as JSON (atomically).
         train_rows: training rows for the probes.
@@ -110,9 +115,9 @@ def evaluate(
         item_field: retrieved field (default: the largest-cardinality field).
 
     """
-    module = load_module(ckpt)
+    module = load_module(ckpt_path)
     config = EvalConfig(train_rows, test_rows, knn_k, tuple(ks or (10, 50)), index, item_field)
-    datamodule = datamodule_from(ckpt, data, module, use_labels=True)
+    datamodule = datamodule_from(ckpt_path, data, module, use_labels=True)
     truth = None
     if isinstance(datamodule, SyntheticCTRDataModule):
         truth = datamodule.click_model().latent_truth
@@ -152,9 +157,11 @@ def _json_safe(obj: Any) -> Any:
 
 def export_main(argv: Sequence[str]) -> str:
     """Entry of ``ssl-rec export``; ``--help`` lists the flags."""
-    return CLI(export, args=list(argv), as_positional=False, exit_on_error=False)
+    return CLI(export, args=list(argv), as_positional=False, exit_on_error=False,
+               epilog=ALLOW_HELP)  # fmt: skip
 
 
 def evaluate_main(argv: Sequence[str]) -> dict[str, Any]:
     """Entry of ``ssl-rec evaluate-embeddings``; ``--help`` lists the flags."""
-    return CLI(evaluate, args=list(argv), as_positional=False, exit_on_error=False)
+    return CLI(evaluate, args=list(argv), as_positional=False, exit_on_error=False,
+               epilog=ALLOW_HELP)  # fmt: skip

@@ -15,6 +15,9 @@ _NOISY_WARNINGS = (
     (r"`?isinstance\(treespec, LeafSpec\)`? is deprecated", FutureWarning),
     # The batch loaders read memory-mapped Arrow in-process; DataLoader workers do not apply.
     (r".*does not have many workers.*", UserWarning),
+    # Said on every resume: fit refuses a directory holding another run's checkpoints
+    # (ssl_rec.cli.run_dir), so a non-empty one is this run's own.
+    (r"Checkpoint directory .* exists and is not empty", UserWarning),
 )
 _NOISY_LOG_PREFIXES = ("💡 Tip:", "TPU available:", "GPU available: False")
 

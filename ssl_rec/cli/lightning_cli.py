@@ -1,7 +1,8 @@
 """``SSLRecCLI``: LightningCLI wired for ssl-rec.
 
 Schema linking, W&B offline, ``metrics.json``, predictions files, run directories that
-cannot mislead (:mod:`ssl_rec.cli.run_dir`) and data encoded with the vocabulary of the
+cannot mislead (:mod:`ssl_rec.cli.run_dir`), one place per run for a command's outputs and
+W&B run (:mod:`ssl_rec.cli.run_outputs`) and data encoded with the vocabulary of the
 checkpoint a command starts from (:mod:`ssl_rec.cli.checkpoint_args`).
 """
 
@@ -12,21 +13,39 @@ import sys
 import warnings
 from typing import Any
 
+from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
+from ssl_rec.cli.allow_class_option import ALLOW_HELP
 from ssl_rec.cli.checkpoint_args import (
     checkpoint_defaults,
     checkpoint_vocabulary,
+    ckpt_path_checkpoint,
     option_value,
     vocabulary_source,
 )
 from ssl_rec.cli.datamodules import encoded_with
 from ssl_rec.cli.environment import wandb_offline
-from ssl_rec.cli.predict import predict_whole_files
-from ssl_rec.cli.run_dir import check_fresh_run
+from ssl_rec.cli.errors import disk_full_names
+from ssl_rec.cli.fit_guard import FitGuard
+from ssl_rec.cli.named_checkpoints import CKPT_PATH_HELP, resolve_named_checkpoint
+from ssl_rec.cli.predict import data_reporting, predict_whole_files
+from ssl_rec.cli.progress_lines import plain_progress_callbacks
+from ssl_rec.cli.run_dir import checkpoint_dirs, is_checkpoint_callback
+from ssl_rec.cli.run_outputs import (
+    OUTPUT_COMMANDS,
+    OVERWRITE_HELP,
+    drop_deprecated_wandb_settings,
+    finish_wandb_run,
+    place_outputs,
+    set_wandb_run,
+)
 from ssl_rec.lightning.callbacks import MetricsJSON
+from ssl_rec.lightning.durable_checkpoint_io import remove_stale_checkpoint_temporaries
+from ssl_rec.lightning.finite_checks import FiniteChecks
 from ssl_rec.lightning.prediction_writer import PredictionWriter
-from ssl_rec.vocabularies import Vocabularies
+from ssl_rec.lightning.sharded_checkpoint_io import read_sharded_checkpoints
+from ssl_rec.vocab import Vocabularies
 
 
 def _schema_dict(schema: Any) -> dict:
@@ -38,24 +57,48 @@ class SSLRecCLI(LightningCLI):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._checkpoint: tuple[str, dict] | None = None
+        self._argv: list[str] = []  # the command line, for options given on it
         self._vocabulary: Vocabularies | None = None
-        super().__init__(*args, **kwargs)
+        self._fit_guard = FitGuard()
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            self._fit_guard.release()  # the run directory is free once the command ends
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Parsers raise their errors, so ``ssl_rec.cli.errors`` can report them in one line."""
         kwargs.setdefault("exit_on_error", False)
+        kwargs.setdefault("epilog", ALLOW_HELP)
         return super().init_parser(**kwargs)
 
+    def _prepare_subcommand_parser(
+        self, klass: type, subcommand: str, **kwargs: Any
+    ) -> LightningArgumentParser:
+        """The subcommand's parser; ``--ckpt_path`` says which file is the run's best model."""
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        for action in parser._actions:
+            if action.dest == "ckpt_path" and subcommand in CKPT_PATH_HELP:
+                action.help = CKPT_PATH_HELP[subcommand]
+        if subcommand in OUTPUT_COMMANDS:
+            parser.add_argument("--overwrite", type=bool, default=False, help=OVERWRITE_HELP)
+        return parser
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Link the data's schema into the model; add the metrics and predictions writers."""
+        """Link the data's schema into the model; add the metrics and predictions writers.
+
+        :class:`FiniteChecks` is on for every run: ``fit`` stops on a non-finite loss or weight.
+        """
         parser.link_arguments(
             "data", "model.init_args.schema", compute_fn=self._data_schema, apply_on="instantiate"
         )
         parser.add_lightning_class_args(MetricsJSON, "metrics_json")
         parser.add_lightning_class_args(PredictionWriter, "predictions")
+        parser.add_lightning_class_args(FiniteChecks, "finite_checks")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse, with the model and data settings of ``--ckpt_path`` as defaults (if any)."""
+        if isinstance(args, list | tuple | None):
+            self._argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
         if not isinstance(args, list | tuple | None):
             return super().parse_arguments(parser, args)
         argv, checkpoint = checkpoint_defaults(sys.argv[1:] if args is None else args)
@@ -66,11 +109,46 @@ class SSLRecCLI(LightningCLI):
             warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
             return super().parse_arguments(parser, argv)
 
+    def _parse_ckpt_path(self) -> None:
+        """Resuming a fit runs the command's config (checked against the checkpoint's later).
+
+        LightningCLI would replace the command's model settings with the checkpoint's here.
+        """
+        subcommand = self.config.get("subcommand")
+        if subcommand != "fit":
+            if subcommand:  # best / last: files of the run directory (Lightning: same process)
+                resolve_named_checkpoint(self.config[subcommand], subcommand)
+            # read first: a checkpoint naming classes outside the allow-list is refused
+            # before LightningCLI parses (imports) its hyperparameters
+            self._checkpoint = ckpt_path_checkpoint(self.config, self._checkpoint)
+            super()._parse_ckpt_path()
+            if subcommand:  # beside the checkpoint's run; refused before anything is set up
+                place_outputs(subcommand, self.config[subcommand], self._argv)
+
+    def after_instantiate_classes(self) -> None:
+        """Refuse resuming with structural changes; log the other changes."""
+        drop_deprecated_wandb_settings(self.trainer)
+        if self.subcommand == "fit":
+            self._fit_guard.after_instantiate(self.model, self.datamodule, self.trainer)
+            self._checkpoint = None  # the trainer reads it again; do not hold it during the fit
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run; a full disk names the run directory (checkpoints, logs, metrics go there)."""
+        config = self.config[subcommand]
+        failed = True
+        try:
+            with disk_full_names(config.trainer.default_root_dir or "."):
+                super()._run_subcommand(subcommand)
+            failed = False
+        finally:
+            finish_wandb_run(getattr(self, "trainer", None), failed)
+
     def instantiate_classes(self) -> None:
         """Instantiate; an error raised while the data builds its schema surfaces as itself.
 
         jsonargparse wraps exceptions of a link's ``compute_fn`` (here: preprocessing the
         data) in a ``ValueError`` naming the link; the data's own message is the useful one.
+        The trainer also loads sharded checkpoint directories in one process.
         """
         try:
             super().instantiate_classes()
@@ -78,9 +156,17 @@ class SSLRecCLI(LightningCLI):
             if e.__cause__ is not None and str(e).startswith("Call to compute_fn of link"):
                 raise e.__cause__ from None
             raise
+        read_sharded_checkpoints(self.trainer)
 
     def _data_schema(self, datamodule: Any) -> dict:
-        return _schema_dict(encoded_with(datamodule, self._vocabulary).schema)
+        with data_reporting(self.subcommand):  # a predict run's rows are "predicting"
+            return _schema_dict(encoded_with(datamodule, self._vocabulary).schema)
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        """The trainer; its progress is plain lines when the output is not a terminal."""
+        return super()._instantiate_trainer(
+            config, [*callbacks, *plain_progress_callbacks(config, callbacks)]
+        )
 
     def before_instantiate_classes(self) -> None:
         """Check the run directory, pick the data's vocabulary and the run's output paths.
@@ -92,7 +178,11 @@ class SSLRecCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         self._set_output_dirs(config)
         if self.subcommand == "fit":
-            check_fresh_run(config)
+            resumed = self._fit_guard.before_instantiate(self._parser("fit"), config)
+            self._checkpoint = resumed or self._checkpoint
+            for directory in checkpoint_dirs(config):
+                remove_stale_checkpoint_temporaries(directory)  # of writers killed earlier
+        set_wandb_run(self.subcommand, config)  # after the guard: a refused fit records nothing
         if self.subcommand == "predict":
             predict_whole_files(config)
         source = vocabulary_source(self.subcommand, config)
@@ -103,10 +193,12 @@ class SSLRecCLI(LightningCLI):
         root = config.trainer.default_root_dir or "."
         for callback in config.trainer.get("callbacks") or []:
             init_args = getattr(callback, "init_args", None)
-            if str(getattr(callback, "class_path", "")).endswith("ModelCheckpoint"):
+            if is_checkpoint_callback(callback):
                 if init_args is not None and init_args.get("dirpath") is None:
                     init_args.dirpath = os.path.join(root, "checkpoints")
         logger = config.trainer.get("logger")
+        if logger is None:  # set here, not as a parser default: parsing it imports wandb
+            logger = config.trainer.logger = default_logger()
         init_args = getattr(logger, "init_args", None)
         if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
             if init_args.get("save_dir") in (None, "."):
@@ -114,11 +206,25 @@ class SSLRecCLI(LightningCLI):
             os.makedirs(init_args.save_dir, exist_ok=True)
 
 
+def default_logger() -> Namespace:
+    """The logger of a run that names none: W&B, offline unless an API key is configured.
+
+    Applied to the parsed config rather than given as a trainer default: a default is
+    parsed on every command, and resolving ``WandbLogger``'s signature imports ``wandb``,
+    which makes two temporary directories in ``$TMPDIR`` even with ``--trainer.logger
+    false`` (left there by a process that is killed).
+    """
+    init_args = Namespace(project="ssl-rec", offline=wandb_offline())
+    return Namespace(class_path="pytorch_lightning.loggers.WandbLogger", init_args=init_args)
+
+
 def trainer_defaults() -> dict[str, Any]:
-    """Trainer defaults: W&B logger (offline by default), checkpoints on ``val/auc``."""
+    """Trainer defaults: durable checkpoint writes (the W&B logger is :func:`default_logger`).
+
+    ``DurableCheckpointIO`` writes each checkpoint to its directory atomically with per-tensor
+    checksums (:mod:`ssl_rec.lightning.durable_checkpoint_io`); a ``--trainer.plugins`` given
+    by the user replaces it.
+    """
     return {
-        "logger": {
-            "class_path": "pytorch_lightning.loggers.WandbLogger",
-            "init_args": {"project": "ssl-rec", "offline": wandb_offline()},
-        },
+        "plugins": [{"class_path": "ssl_rec.lightning.durable_checkpoint_io.DurableCheckpointIO"}],
     }

@@ -1,11 +1,11 @@
-"""The ``ssl-rec`` command: LightningCLI (fit/validate/test/predict) plus export/evaluation.
+"""The ``ssl-rec`` command: dispatches to the subcommands of :mod:`ssl_rec.cli.commands`.
 
 Examples:
     ssl-rec fit --config configs/ctr/synthetic.yaml
     ssl-rec test --config configs/ctr/synthetic.yaml --ckpt_path best
-    ssl-rec export --ckpt CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
+    ssl-rec export --ckpt_path CKPT --out DIR --fields '[C1,C2]' --index 'IVF256,PQ16'
     ssl-rec plan --config configs/dist/synthetic_int8_row_wise.yaml --world_size 8
-    ssl-rec quantize --ckpt CKPT --out DIR --budget-ne 0.001
+    ssl-rec quantize --ckpt_path CKPT --out DIR --budget_ne 0.001
 
 """
 
@@ -13,76 +13,19 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
-from collections.abc import Callable, Sequence
+import textwrap
+from collections.abc import Sequence
 from typing import Any
 
-import pytorch_lightning as pl
-
+from ssl_rec.class_paths import allowed_classes
+from ssl_rec.cli.allow_class_option import ALLOW_HELP, split_allow_option
+from ssl_rec.cli.commands import SUBCOMMANDS, lightning_cli
 from ssl_rec.cli.environment import configure_environment
 from ssl_rec.cli.errors import guarded
-from ssl_rec.cli.lightning_cli import SSLRecCLI, trainer_defaults
+from ssl_rec.cli.flag_vocabulary import canonical_flags
 from ssl_rec.cli.run_dir import RunConfig
+from ssl_rec.distributed.launcher import follow_launcher
 
-
-def _export(argv: Sequence[str]) -> Any:
-    from ssl_rec.cli.embedding_commands import export_main  # lazy: faiss only when needed
-
-    return export_main(argv)
-
-
-def _evaluate(argv: Sequence[str]) -> Any:
-    from ssl_rec.cli.embedding_commands import evaluate_main
-
-    return evaluate_main(argv)
-
-
-def _plan(argv: Sequence[str]) -> Any:
-    from ssl_rec.cli.plan import plan_main  # lazy: TorchRec's planner only when planning
-
-    return plan_main(argv)
-
-
-def _quantize(argv: Sequence[str]) -> Any:
-    from ssl_rec.cli.quantize_commands import quantize_main  # lazy: torchao only when needed
-
-    return quantize_main(argv)
-
-
-def _explain(argv: Sequence[str]) -> Any:
-    from ssl_rec.cli.quantize_commands import explain_main
-
-    return explain_main(argv)
-
-
-def _monitor(argv: Sequence[str]) -> Any:
-    from ssl_rec.cli.quantize_commands import monitor_main
-
-    return monitor_main(argv)
-
-
-# Subcommands beside LightningCLI's fit/validate/test/predict: name -> entry taking argv.
-EXTRA_COMMANDS: dict[str, Callable[[Sequence[str]], Any]] = {
-    "export": _export,
-    "evaluate-embeddings": _evaluate,
-    "plan": _plan,
-    "quantize": _quantize,
-    "explain": _explain,
-    "monitor": _monitor,
-}
-# Every subcommand with its one-line description, for `ssl-rec --help`.
-SUBCOMMANDS = {
-    "fit": "train a model from a config (pretraining or CTR)",
-    "validate": "validation metrics of a checkpoint",
-    "test": "test metrics of a checkpoint (writes metrics.json)",
-    "predict": "predictions of a checkpoint or a quantized model (--ckpt_path DIR --out FILE)",
-    "export": "export entity embeddings and representations with FAISS indexes",
-    "evaluate-embeddings": "probe and measure a checkpoint's representations",
-    "plan": "plan how tables shard over N ranks (per-rank bytes, imbalance) for a config",
-    "quantize": "quantize a CTR model for serving within an NE budget",
-    "explain": "name the table or layer that spends a quantized model's NE budget",
-    "monitor": "compare a quantized model with its checkpoint on new data (exit 1 past budget)",
-}
 HELP = """usage: ssl-rec SUBCOMMAND [options]     (ssl-rec SUBCOMMAND --help for its options)
 
 Self-supervised representation learning for recommender systems.
@@ -93,17 +36,20 @@ subcommands:
 examples:
   ssl-rec fit --config configs/ctr/synthetic.yaml
   ssl-rec test --config configs/ctr/synthetic.yaml \\
-      --ckpt_path runs/ctr/synthetic/checkpoints/last.ckpt
-  ssl-rec export --ckpt CKPT --out runs/export --fields '[C1,C2]'
-  ssl-rec quantize --ckpt CKPT --out runs/quantized --budget-ne 0.001
+      --ckpt_path runs/ctr/synthetic/checkpoints/best.ckpt
+  ssl-rec export --ckpt_path CKPT --out runs/export --fields '[C1,C2]'
+  ssl-rec quantize --ckpt_path CKPT --out runs/quantized --budget_ne 0.001
 
---debug (or SSL_REC_DEBUG=1) shows the Python traceback of an error."""
+Flags are spelled with underscores; a checkpoint is always --ckpt_path.
+
+--debug (or SSL_REC_DEBUG=1) shows the Python traceback of an error.
+{allow}"""
 
 
 def print_help() -> None:
     """The overview of every subcommand (LightningCLI's own help lists only its four)."""
-    rows = "\n".join(f"  {name:<22}{text}" for name, text in SUBCOMMANDS.items())
-    print(HELP.format(rows=rows))
+    rows = "\n".join(f"  {name:<22}{command.summary}" for name, command in SUBCOMMANDS.items())
+    print(HELP.format(rows=rows, allow=textwrap.fill(ALLOW_HELP, 92)))
 
 
 def run(args: Sequence[str] | None = None) -> Any:
@@ -113,19 +59,29 @@ def run(args: Sequence[str] | None = None) -> Any:
         args: the command line without the program name; ``None`` reads ``sys.argv``.
     """
     configure_environment()
-    argv = list(sys.argv[1:] if args is None else args)
+    argv, allowed = split_allow_option(sys.argv[1:] if args is None else args)
+    with allowed_classes(allowed):  # classes a checkpoint or model directory may name
+        return _dispatch(argv)
+
+
+def _dispatch(argv: list[str]) -> Any:
+    """Run the subcommand ``argv[0]``."""
     if not argv or argv[0] in ("-h", "--help"):
         print_help()
         return None
-    if argv[0] in EXTRA_COMMANDS:
-        return EXTRA_COMMANDS[argv[0]](argv[1:])
+    command = SUBCOMMANDS.get(argv[0])
+    if command is None:  # LightningCLI names the subcommands it knows
+        return lightning_cli(argv, save_config_callback=RunConfig)
+    argv = [argv[0], *canonical_flags(argv[1:], command.renamed_flags)]
+    if command.entry is not None:
+        return command.load()(argv[1:])
     if argv[0] == "predict" and _predicts_quantized(argv[1:]):
-        from ssl_rec.cli.predict_quantized import predict_main
+        from ssl_rec.cli.predict_quantized import predict_main  # lazy, as a command's entry
 
         return predict_main(argv[1:])
     if argv[0] == "predict":
         argv = _predictions_out_alias(argv)
-    return _lightning_cli(argv, save_config_callback=RunConfig)
+    return lightning_cli(argv, save_config_callback=RunConfig)
 
 
 def _predictions_out_alias(argv: list[str]) -> list[str]:
@@ -146,44 +102,14 @@ def _predicts_quantized(argv: Sequence[str]) -> bool:
     return quantized_checkpoint(argv) is not None
 
 
-def _lightning_cli(argv: Sequence[str], **kwargs: Any) -> SSLRecCLI:
-    with warnings.catch_warnings():
-        # The command line is given explicitly (it may differ from sys.argv: --debug, scripts).
-        warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
-        return SSLRecCLI(
-            pl.LightningModule,
-            pl.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            trainer_defaults=trainer_defaults(),
-            args=list(argv),
-            **kwargs,
-        )
-
-
-def instantiate(args: Sequence[str]) -> SSLRecCLI:
-    """Build the model, data module and trainer of a command line without running anything.
-
-    The Python entry to the shipped configs: ``cli = instantiate(["--config", path,
-    "--trainer.max_epochs=1"])`` then ``cli.trainer.fit(cli.model, cli.datamodule)``.
-
-    Args:
-        args: ``--config`` files and overrides, as after ``ssl-rec fit``.
-
-    Returns:
-        The CLI object: ``.model``, ``.datamodule``, ``.trainer``, ``.config``.
-
-    """
-    configure_environment()
-    return _lightning_cli(args, save_config_callback=None, run=False)
-
-
 def main(args: Sequence[str] | None = None) -> None:
     """Entry point of the ``ssl-rec`` console script.
 
     A user's mistake (bad data, config value, path) prints one line and exits with status 2;
     ``--debug`` shows the traceback. Returns nothing, so success exits with status 0.
+    A torchrun worker ends when its launcher dies (:func:`follow_launcher`).
     """
+    follow_launcher()
     try:
         guarded(run, list(sys.argv[1:] if args is None else args))
     except BrokenPipeError:  # output piped into a program that stopped reading (`| head`)

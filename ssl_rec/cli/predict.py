@@ -10,11 +10,19 @@ directory of ``train``/``val``/``test`` files is scored on its test files.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any
 
 from jsonargparse import Namespace
 
+from ssl_rec.data.oov_report import reporting_predictions
 from ssl_rec.data.preprocess import PreprocessOptions
+
+
+def data_reporting(subcommand: str | None) -> Any:
+    """The context preprocessing logs in: ``predict`` reports its rows as "predicting"."""
+    return reporting_predictions() if subcommand == "predict" else contextlib.nullcontext()
 
 
 def predict_whole_files(config: Namespace) -> None:

@@ -1,43 +1,49 @@
-"""``ssl-rec predict --ckpt_path DIR --out FILE``: click probabilities from a quantized model.
+"""``ssl-rec predict --ckpt_path DIR --predictions.out FILE``: probabilities of a quantized model.
 
 The data module comes from ``--config`` files and overrides, as for LightningCLI's
-``predict`` (``ssl-rec predict --config configs/ctr/synthetic.yaml --ckpt_path DIR --out
-pred.parquet``); from ``--data.*`` overrides of the one recorded when the model was
-quantized (``ssl-rec predict --ckpt_path DIR --data.path new.csv --out pred.parquet``: as
-from a checkpoint, a single file is then scored whole); or, with neither, from the recorded
-one itself. The data is encoded with the model's vocabularies (kept in the directory), so
-new files get the trained ids. Its prediction split is read in file order and written
-batch by batch, one row per input row: ``row_id`` (the row's position in the split) and
-``probability``, to Parquet, or to CSV when ``--out`` ends in ``.csv``. The file appears
-complete or not at all.
+``predict`` (``ssl-rec predict --config configs/ctr/synthetic.yaml --ckpt_path DIR
+--predictions.out pred.parquet``); from ``--data.*`` overrides of the one recorded when the
+model was quantized (``ssl-rec predict --ckpt_path DIR --data.path new.csv
+--predictions.out pred.parquet``: as from a checkpoint, a single file is then scored whole);
+or, with neither, from the recorded one itself. The data is encoded with the model's
+vocabularies (kept in the directory), so new files get the trained ids. Its prediction split
+is read in file order and streamed to the one prediction file of
+:mod:`ssl_rec.evaluation.predictions`, as from a checkpoint: ``row``, the
+``--predictions.keys`` columns, ``label`` (if the data has labels) and ``probability``,
+to Parquet, CSV or TSV by suffix; ``--out FILE`` is the short spelling of
+``--predictions.out``. The file appears complete or not at all, and an existing one is kept
+(the command is refused) unless ``--overwrite true`` is given.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
 import pytorch_lightning as pl
 import torch
 
 from ssl_rec.cli.checkpoint_args import class_config
+from ssl_rec.cli.commands import instantiate
 from ssl_rec.cli.datamodules import check_recorded, encoded_with, recorded_datamodule
 from ssl_rec.cli.predict import predict_whole_files
-from ssl_rec.cli.quantize_commands import check_schema
+from ssl_rec.cli.run_dir import refuse_existing_output
+from ssl_rec.evaluation.predictions import key_columns, prediction_file, prediction_format
 from ssl_rec.quantize import (
     InferenceCTRModel,
+    check_schema,
     is_quantized_dir,
     load_quantized,
     read_manifest,
     read_vocabularies,
 )
+from ssl_rec.types import Batch
 
-PREDICTION_SCHEMA = pa.schema([("row_id", pa.int64()), ("probability", pa.float32())])
+OUT_OPTIONS = ("--predictions.out", "--out")
+KEYS_OPTION = "--predictions.keys"
 
 
 def quantized_checkpoint(argv: Sequence[str]) -> str | None:
@@ -61,22 +67,67 @@ def _option(argv: list[str], name: str, remove: bool = False) -> str | None:
 
 
 def predict_main(argv: Sequence[str]) -> Path:
-    """Entry of ``ssl-rec predict`` for a quantized model directory."""
+    """Entry of ``ssl-rec predict`` for a quantized model directory.
+
+    Args:
+        argv: the command line after ``predict``: ``--ckpt_path DIR``, ``--predictions.out
+            FILE`` (or ``--out FILE``), optionally ``--overwrite true``, ``--predictions.keys
+            '[col,...]'`` and the data options (see the module docstring).
+
+    Returns:
+        The predictions file written.
+
+    Raises:
+        ValueError: no or an unknown output file, keys the data lacks, bad data options.
+
+    """
     args = list(argv)
     directory = _option(args, "--ckpt_path", remove=True)
-    out = _option(args, "--out", remove=True)
-    if not out:
-        raise ValueError(
-            "ssl-rec predict from a quantized model needs --out FILE (.parquet or .csv)"
-        )
+    out = _output(args)
+    refuse_existing_output(out, _true(_option(args, "--overwrite", remove=True)))
+    keys = _keys(_option(args, KEYS_OPTION, remove=True))
     model = load_quantized(directory)
     datamodule = _datamodule(args, directory)
     check_schema(model.schema, datamodule.schema, "the prediction data")
     datamodule.prepare_data()
     datamodule.setup("predict")
-    path = write_predictions(model, datamodule.predict_dataloader(), out)
+    path = write_model_predictions(
+        model, datamodule.predict_dataloader(), out, key_columns(datamodule, keys)
+    )
     print(f"predictions written to {path}")
     return path
+
+
+def _output(args: list[str]) -> str:
+    """The predictions file of ``--predictions.out`` / ``--out``, its suffix checked."""
+    given = {name: v for name in OUT_OPTIONS if (v := _option(args, name, remove=True))}
+    if not given:
+        raise ValueError(
+            "ssl-rec predict from a quantized model needs --predictions.out FILE "
+            "(.parquet, .csv or .tsv)"
+        )
+    if len(set(given.values())) > 1:
+        raise ValueError(f"two predictions files given ({given}); give --predictions.out once")
+    out = next(iter(given.values()))
+    prediction_format(out)  # an unknown suffix stops before the model is loaded
+    return out
+
+
+def _true(value: str | None) -> bool:
+    """``--overwrite true`` (``1``, ``yes``): the command line's spelling of a boolean."""
+    return value is not None and value.strip().lower() in ("true", "1", "yes")
+
+
+def _keys(value: str | None) -> list[str]:
+    """``--predictions.keys`` parsed as the checkpoint path's ``PredictionWriter`` parses it."""
+    if value is None:
+        return []
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="ssl-rec predict", exit_on_error=False)
+    parser.add_argument(KEYS_OPTION, type=list[str] | None, default=None)
+    config = parser.parse_args([f"{KEYS_OPTION}={value}"])
+    return list(config["predictions.keys"] or [])
 
 
 def _datamodule(args: list[str], directory: str) -> pl.LightningDataModule:
@@ -85,9 +136,7 @@ def _datamodule(args: list[str], directory: str) -> pl.LightningDataModule:
     if not args:
         datamodule = recorded_datamodule(recorded, directory)
     elif any(a == "--config" or a.startswith("--config=") for a in args):
-        from ssl_rec.cli.main import instantiate  # the LightningCLI parser of `ssl-rec predict`
-
-        datamodule = instantiate(args).datamodule
+        datamodule = instantiate(args).datamodule  # the LightningCLI parser of `ssl-rec predict`
     else:
         datamodule = _overridden(recorded, args, directory)
     return encoded_with(datamodule, read_vocabularies(directory))
@@ -111,28 +160,32 @@ def _overridden(recorded: dict | None, args: list[str], directory: str) -> pl.Li
     return parser.instantiate(config).data
 
 
-def write_predictions(model: InferenceCTRModel, batches: object, out: str) -> Path:
-    """Stream ``row_id`` and ``probability`` of every batch to ``out`` (Parquet or CSV)."""
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    as_csv = path.suffix.lower() == ".csv"
-    writer_cls = pa_csv.CSVWriter if as_csv else pq.ParquetWriter
-    try:
-        with writer_cls(str(tmp), PREDICTION_SCHEMA) as writer, torch.inference_mode():
-            for batch in batches:
-                probability = torch.sigmoid(model(batch.dense, batch.sparse)).numpy()
-                row_id = (
-                    batch.row_id
-                    if batch.row_id is not None
-                    else torch.full((batch.batch_size,), -1)
-                )
-                table = pa.table(
-                    [pa.array(row_id.numpy()), pa.array(probability)], schema=PREDICTION_SCHEMA
-                )
-                writer.write_table(table)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+def write_model_predictions(
+    model: InferenceCTRModel,
+    batches: Iterable[Batch],
+    out: str,
+    keys: pa.Table | None = None,
+) -> Path:
+    """Stream the probabilities of every batch to ``out``, one row per input row, in order.
+
+    Args:
+        model: the quantized model.
+        batches: the predict loader's batches, in file order.
+        out: ``.parquet``, ``.csv`` or ``.tsv`` file (:func:`ssl_rec.evaluation.predictions.
+            prediction_file`).
+        keys: key columns of every row of the split (:func:`ssl_rec.evaluation.predictions.
+            key_columns`), or ``None``.
+
+    Returns:
+        ``out``.
+
+    """
+    with prediction_file(out, keys) as stream, torch.inference_mode():
+        for batch in batches:
+            probability = torch.sigmoid(model(batch.dense, batch.sparse)).float()
+            stream.write(probability.numpy(), _numpy(batch.row_id), _numpy(batch.label))
+    return Path(out)
+
+
+def _numpy(values: torch.Tensor | None) -> np.ndarray | None:
+    return None if values is None else values.detach().cpu().numpy()

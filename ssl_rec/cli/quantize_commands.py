@@ -1,37 +1,42 @@
 """``ssl-rec quantize``, ``ssl-rec explain`` and ``ssl-rec monitor``: low-precision serving.
 
-Data comes from ``--data`` (a LightningDataModule, as for ``ssl-rec export``), else from the
-data module recorded in the checkpoint by ``ssl-rec fit``. Options may be spelled with
-dashes or underscores (``--budget-ne`` = ``--budget_ne``).
+Thin shells over :mod:`ssl_rec.quantize.workflow`: each loads the checkpoint
+(:func:`~ssl_rec.lightning.ctr_checkpoint.load_ctr`) and the data, hands them on and prints
+the result. Data comes from ``--data`` (a LightningDataModule, as for ``ssl-rec export``),
+else from the data module recorded in the checkpoint by ``ssl-rec fit``. The checkpoint is
+``--ckpt_path`` as for every subcommand (the old ``--ckpt`` / ``--reference`` and dashed
+spellings such as ``--budget-ne`` still work, with a notice: :mod:`ssl_rec.cli.flag_vocabulary`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
 from jsonargparse import CLI
 
 from ssl_rec._io import atomic_write_json
+from ssl_rec.cli.allow_class_option import ALLOW_HELP
 from ssl_rec.cli.datamodules import datamodule_from, split_loader
-from ssl_rec.lightning import CTRModule
-from ssl_rec.lightning.checkpoint import load_module, read_checkpoint
+from ssl_rec.cli.run_dir import refuse_existing_output
+from ssl_rec.lightning.checkpoint_loading import read_checkpoint
+from ssl_rec.lightning.ctr_checkpoint import load_ctr
 from ssl_rec.quantize import (
-    Architecture,
     FloatCTR,
     InferenceCTRModel,
     ModelBuilder,
     Rows,
+    check_schema,
     compare_on_slice,
     format_comparison,
     format_explanation,
+    format_summary,
+    labeled_rows,
     load_quantized,
-    quantize_ctr,
+    quantize_to_directory,
     read_report,
-    save_quantized,
 )
 from ssl_rec.quantize import explain as explain_models
 from ssl_rec.schema import FeatureSchema
@@ -39,77 +44,23 @@ from ssl_rec.types import Batch
 
 log = logging.getLogger(__name__)
 EXIT_PAST_BUDGET = 1
-_OPTION = re.compile(r"^--([A-Za-z][\w-]*)")
 
 
-def normalize_options(argv: Sequence[str]) -> list[str]:
-    """``--budget-ne`` -> ``--budget_ne`` (the flags are Python parameter names)."""
-    return [_OPTION.sub(lambda m: "--" + m.group(1).replace("-", "_"), a) for a in argv]
+def _check_budget(budget_ne: float) -> None:
+    if not budget_ne > 0:
+        raise ValueError(f"--budget_ne must be > 0 (an NE change such as 0.001), got {budget_ne}")
 
 
-def load_ctr(ckpt: str) -> tuple[CTRModule, FloatCTR]:
-    """The CTR module of checkpoint ``ckpt`` and its FP32 serving form.
-
-    Raises:
-        ValueError: the checkpoint holds another model, or does not describe its backbone.
-
-    """
-    module = load_module(ckpt)
-    if not isinstance(module, CTRModule):
-        raise ValueError(
-            f"{ckpt}: not a CTR model ({type(module).__name__}); quantization "
-            "needs a checkpoint of ssl_rec.lightning.CTRModule"
-        )
-    module.eval()
-    hparams = read_checkpoint(ckpt).get("hyper_parameters", {})
-    backbone = hparams.get("backbone")
-    if not isinstance(backbone, Mapping) or "init_args" not in backbone:
-        raise ValueError(
-            f"{ckpt}: the checkpoint does not describe its backbone as a config "
-            "(train it with `ssl-rec fit` to quantize it)"
-        )
-    encoder = dict(
-        backbone["init_args"].get("encoder") or {"class_path": "ssl_rec.models.DLRMEncoder"}
-    )
-    architecture = Architecture(
-        module.backbone.dims.embedding_dim, encoder, list(hparams.get("head_hidden") or [])
-    )
-    return module, FloatCTR.from_backbone(module.backbone, module.head, architecture)
-
-
-def check_schema(model: FeatureSchema, data: FeatureSchema, where: str) -> None:
-    """Raise ``ValueError`` naming the differences when ``data`` is not ``model``'s schema."""
-    if model == data:
-        return
-    mine = dict(zip(model.field_names, model.cardinalities, strict=True))
-    theirs = dict(zip(data.field_names, data.cardinalities, strict=True))
-    fields = sorted(n for n in {*mine, *theirs} if mine.get(n) != theirs.get(n))
-    dense = [] if model.dense == data.dense else [list(model.dense), list(data.dense)]
-    raise ValueError(
-        f"{where} has another schema than the model: fields {fields[:6]} "
-        f"(model {[mine.get(n) for n in fields[:6]]} ids, data "
-        f"{[theirs.get(n) for n in fields[:6]]})"
-        + (f", dense columns {dense[1]} vs {dense[0]}" if dense else "")
-    )
-
-
-def labeled_rows(
-    datamodule: pl.LightningDataModule,
-    schema: FeatureSchema,
-    split: str,
-    max_rows: int,
-    role: str,
+def _rows(
+    datamodule: pl.LightningDataModule, schema: FeatureSchema, split: str, rows: int, role: str
 ) -> Rows:
-    """The first ``max_rows`` labeled rows of ``split``, checked against the model's schema."""
-    if max_rows < 1:
-        raise ValueError(f"the number of {role} rows must be >= 1, got {max_rows}")
-    where = f"the {role} data (split {split!r})"
-    check_schema(schema, datamodule.schema, where)
-    return Rows.from_batches(split_loader(datamodule, split), max_rows, where)
+    """The first ``rows`` labeled rows of a data module's ``split`` (schema checked)."""
+    return labeled_rows(split_loader(datamodule, split), schema, datamodule.schema, rows, role,
+                        split)  # fmt: skip
 
 
 def quantize(
-    ckpt: str,
+    ckpt_path: str,
     out: str,
     budget_ne: float = 0.001,
     data: pl.LightningDataModule | None = None,
@@ -126,7 +77,8 @@ def quantize(
     """Quantize a trained CTR model: the smallest model whose NE stays within the budget.
 
     Args:
-        ckpt: CTR checkpoint written by ``ssl-rec fit``.
+        ckpt_path: CTR checkpoint written by ``ssl-rec fit``; its best model is
+            ``<default_root_dir>/checkpoints/best.ckpt`` (best validation AUC).
         out: directory for the quantized model (schema, model, ``report.json``).
         budget_ne: largest allowed NE change on the calibration rows (> 0).
         data: data module (default: the one recorded in the checkpoint).
@@ -143,63 +95,41 @@ def quantize(
             twin is slower: it quantizes each batch's activations first).
 
     """
-    if not budget_ne > 0:
-        raise ValueError(f"--budget-ne must be > 0 (an NE change such as 0.001), got {budget_ne}")
-    module, source = load_ctr(ckpt)
-    datamodule = datamodule_from(ckpt, data, module, use_labels=True)
-    calibration = labeled_rows(
-        datamodule, source.schema, calibration_split, calibration_rows, "calibration"
-    )
-    evaluation = labeled_rows(
-        datamodule, source.schema, evaluation_split, evaluation_rows, "evaluation"
-    )
-    trained = {"trained_module": lambda dense, sparse: module(Batch(dense, sparse))}
-    model, report = quantize_ctr(
-        source, calibration, evaluation, budget_ne, tiny_rows, trained, min_pair_agreement,
-        tiny_weights,
+    _check_budget(budget_ne)
+    refuse_existing_output(out, overwrite)
+    module, source = load_ctr(ckpt_path)
+    datamodule = datamodule_from(ckpt_path, data, module, use_labels=True)
+    calibration = _rows(datamodule, source.schema, calibration_split, calibration_rows,
+                        "calibration")  # fmt: skip
+    evaluation = _rows(datamodule, source.schema, evaluation_split, evaluation_rows,
+                       "evaluation")  # fmt: skip
+    report = quantize_to_directory(
+        source, calibration, evaluation, out, budget_ne, tiny_rows=tiny_rows,
+        tiny_weights=tiny_weights, min_pair_agreement=min_pair_agreement,
+        speed_models={"trained_module": lambda dense, sparse: module(Batch(dense, sparse))},
+        splits={"calibration": calibration_split, "evaluation": evaluation_split},
+        explain_result=explain, extra={
+            "source": {"checkpoint": str(ckpt_path)},
+            "data": read_checkpoint(ckpt_path).get("datamodule_hyper_parameters"),
+        }, vocabularies=getattr(module, "vocabulary", None), overwrite=overwrite,
     )  # fmt: skip
-    report["min_pair_agreement"] = min_pair_agreement
-    report["splits"] = {"calibration": calibration_split, "evaluation": evaluation_split}
     if explain:
-        fp32 = ModelBuilder(source).build(source.fp32_plan())
-        report["explanation"] = explain_models(fp32, model, calibration)
         print(format_explanation(report["explanation"]))
-    extra = {
-        "source": {"checkpoint": str(ckpt)},
-        "data": read_checkpoint(ckpt).get("datamodule_hyper_parameters"),
-    }
-    vocabularies = getattr(module, "vocabulary", None)
-    save_quantized(model, out, report, extra, overwrite=overwrite, vocabularies=vocabularies)
-    print(summarize(report, out))
+    print(format_summary(report, out))
     return report
 
 
-def summarize(report: Mapping[str, Any], out: str) -> str:
-    """Three lines: size and speed, NE and AUC before and after, the chosen precisions."""
-    counts: dict[str, int] = {}
-    for precision in [*report["choices"]["tables"].values(), *report["choices"]["layers"].values()]:
-        counts[precision] = counts.get(precision, 0) + 1
-    return (
-        f"quantized model written to {out}: {report['compression']:.2f}x smaller, "
-        f"{report['speedup']:.2f}x the samples/s of FP32 (batch 4096, one thread)\n"
-        f"NE {report['ne_fp32']:.5f} -> {report['ne_quantized']:.5f} "
-        f"(budget {report['budget_ne']:g}), AUC {report['auc_fp32']:.4f} -> "
-        f"{report['auc_quantized']:.4f}\nprecisions: "
-        + ", ".join(f"{n} x {p}" for p, n in sorted(counts.items()))
-    )
-
-
 def _reference_and_candidate(
-    reference: str, candidate: str
+    ckpt_path: str, candidate: str
 ) -> tuple[FloatCTR, InferenceCTRModel, InferenceCTRModel]:
-    _, source = load_ctr(reference)
+    _, source = load_ctr(ckpt_path)
     model = load_quantized(candidate)
     check_schema(source.schema, model.schema, f"the quantized model {candidate}")
     return source, ModelBuilder(source).build(source.fp32_plan()), model
 
 
 def explain_command(
-    reference: str,
+    ckpt_path: str,
     candidate: str,
     data: pl.LightningDataModule | None = None,
     split: str = "val",
@@ -209,7 +139,7 @@ def explain_command(
     """Compare a quantized model with its FP32 checkpoint layer by layer; name the culprit.
 
     Args:
-        reference: the CTR checkpoint the model was quantized from.
+        ckpt_path: the CTR checkpoint the model was quantized from.
         candidate: the quantized model directory.
         data: data module (default: the one recorded in the checkpoint).
         split: split whose rows are compared.
@@ -217,9 +147,9 @@ def explain_command(
         json_out: also write the full comparison here as JSON.
 
     """
-    source, fp32, model = _reference_and_candidate(reference, candidate)
-    datamodule = datamodule_from(reference, data, fp32, use_labels=True)
-    sample = labeled_rows(datamodule, source.schema, split, rows, "explain")
+    source, fp32, model = _reference_and_candidate(ckpt_path, candidate)
+    datamodule = datamodule_from(ckpt_path, data, fp32, use_labels=True)
+    sample = _rows(datamodule, source.schema, split, rows, "explain")
     result = explain_models(fp32, model, sample)
     print(format_explanation(result))
     if json_out:
@@ -228,7 +158,7 @@ def explain_command(
 
 
 def monitor(
-    reference: str,
+    ckpt_path: str,
     candidate: str,
     data: pl.LightningDataModule | None = None,
     split: str = "test",
@@ -242,7 +172,7 @@ def monitor(
     quantize again), 0 otherwise.
 
     Args:
-        reference: the CTR checkpoint the model was quantized from (or retrained since).
+        ckpt_path: the CTR checkpoint the model was quantized from (or retrained since).
         candidate: the quantized model directory.
         data: data module of the new slice (default: the one recorded in the checkpoint).
         split: split of ``data`` to compare on.
@@ -251,13 +181,12 @@ def monitor(
         json_out: also write the comparison here as JSON.
 
     """
-    source, fp32, model = _reference_and_candidate(reference, candidate)
+    source, fp32, model = _reference_and_candidate(ckpt_path, candidate)
     report = read_report(candidate)
     budget = report.get("budget_ne", 0.001) if budget_ne is None else budget_ne
-    if not budget > 0:
-        raise ValueError(f"--budget-ne must be > 0 (an NE change such as 0.001), got {budget}")
-    datamodule = datamodule_from(reference, data, fp32, use_labels=True)
-    sample = labeled_rows(datamodule, source.schema, split, rows, "monitored")
+    _check_budget(budget)
+    datamodule = datamodule_from(ckpt_path, data, fp32, use_labels=True)
+    sample = _rows(datamodule, source.schema, split, rows, "monitored")
     result = compare_on_slice(fp32, model, sample, budget, report.get("tables"))
     print(format_comparison(result))
     if json_out:
@@ -268,7 +197,8 @@ def monitor(
 
 
 def _cli(function: Any, argv: Sequence[str]) -> Any:
-    return CLI(function, args=normalize_options(argv), as_positional=False, exit_on_error=False)
+    return CLI(function, args=list(argv), as_positional=False, exit_on_error=False,
+               epilog=ALLOW_HELP)  # fmt: skip
 
 
 def quantize_main(argv: Sequence[str]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ subclass naming its cache inputs and how to build them (see ``docs/extending.md`
 from ssl_rec.data.arrow_data_module import ArrowDataModule
 from ssl_rec.data.loader import BatchLoader, validate_sparse
 from ssl_rec.data.lookup import VocabularyLookup
-from ssl_rec.data.plan import Part, Plan
 from ssl_rec.data.preprocess import Layout, PreprocessOptions
 from ssl_rec.data.raw import RawBatch, RawPart
 from ssl_rec.data.sources.criteo import (
@@ -30,6 +29,7 @@ from ssl_rec.data.sources.synthetic_clicks import (
     SyntheticRows,
 )
 from ssl_rec.data.sources.tabular import TabularDataModule, read_tabular, tabular_batches
+from ssl_rec.data.split_plan import Part, SplitPlan
 from ssl_rec.data.storage import ShardWriter, default_cache_dir, open_split
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "CriteoDataModule",
     "Layout",
     "Part",
-    "Plan",
+    "SplitPlan",
     "PreprocessOptions",
     "RawBatch",
     "RawPart",

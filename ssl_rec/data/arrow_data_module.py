@@ -27,10 +27,16 @@ import pytorch_lightning as pl
 import torch
 
 from ssl_rec.data.loader import BatchLoader
-from ssl_rec.data.storage import LABEL, cached_build, default_cache_dir, open_split
+from ssl_rec.data.storage import (
+    LABEL,
+    cached_build,
+    default_cache_dir,
+    open_split,
+    verify_entry_files,
+)
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
-from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies
+from ssl_rec.vocab import Vocabularies, find_vocabularies
 
 _SUBSET_STREAM = 7
 log = logging.getLogger(__name__)
@@ -83,7 +89,8 @@ class ArrowDataModule(pl.LightningDataModule):
         """Save the constructor arguments as plain values (checkpoints load weights-only).
 
         ``_class_path`` follows LightningCLI's convention, so ``ssl-rec export`` /
-        ``evaluate-embeddings`` rebuild the data module from a checkpoint alone.
+        ``evaluate-embeddings`` rebuild the data module from a checkpoint alone; an existing
+        ``path`` is recorded absolute, so they do so from any working directory.
         """
         cls = type(self)
         hparams: dict[str, Any] = {"_class_path": f"{cls.__module__}.{cls.__qualname__}"}
@@ -92,6 +99,10 @@ class ArrowDataModule(pl.LightningDataModule):
             for k, v in init_locals.items()
             if k not in ("self", "__class__")
         }
+        path = hparams.get("path")
+        if isinstance(path, str | os.PathLike) and os.path.exists(path):
+            # A checkpoint's commands run from any directory: a relative data path would not.
+            hparams["path"] = os.path.abspath(path)
         self.save_hyperparameters(hparams)
 
     # The source interface: a data source is a subclass defining these three members.
@@ -147,9 +158,10 @@ class ArrowDataModule(pl.LightningDataModule):
         if self._given_vocabulary is not None:
             return self._given_vocabulary
         if self._vocabulary is None:
-            path = self.data_dir / VOCABULARY_FILENAME
-            if path.is_file():
-                self._vocabulary = Vocabularies.load(path)
+            entry = self.data_dir
+            self._vocabulary = find_vocabularies(
+                entry, self.schema, lambda file: verify_entry_files(entry, [file])
+            )
         return self._vocabulary
 
     @property
@@ -161,13 +173,21 @@ class ArrowDataModule(pl.LightningDataModule):
 
     @property
     def data_dir(self) -> Path:
-        """The cache entry holding ``<split>/*.arrow`` shards, ``schema.json`` and ``vocab/``."""
+        """The cache entry: ``<split>/*.arrow`` shards, ``schema.json``, ``vocabulary.arrow``."""
         self.schema  # noqa: B018 - builds the entry
         return self._entry[0]
 
     def prepare_data(self) -> None:
         """Build the cache entry (once per node; later calls find it)."""
         self.schema  # noqa: B018
+
+    def __str__(self) -> str:
+        """``ClassName(<cache entry or cache dir>)``: never builds or opens the data.
+
+        LightningDataModule's ``__str__`` calls every dataloader, and jsonargparse formats the
+        arguments of a failed link with it: a failing preprocessing ran once per loader more.
+        """
+        return f"{type(self).__name__}({self._entry[0] if self._entry else self.cache_dir})"
 
     def split_table(self, split: str) -> pa.Table:
         """Return the memory-mapped Arrow table of ``split``."""

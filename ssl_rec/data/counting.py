@@ -2,7 +2,7 @@
 
 Batches add ``(distinct values, counts)``; values of at most 8 bytes (Criteo's 8-hex-digit
 hashes, short codes) are counted under their exact 64-bit key
-(:func:`ssl_rec.vocabulary.string_keys`) in a sorted array, longer ones as strings with
+(:func:`ssl_rec.vocab.strings.string_keys`) in a sorted array, longer ones as strings with
 Arrow's hash aggregation. Pending batches are merged into the sorted state once they hold a
 quarter as many entries as it (only they are sorted, the state is copied once with them
 inserted), so the memory is about 16 bytes per distinct short value plus a transient copy
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ssl_rec.vocabulary import Vocabulary, key_strings, string_keys
+from ssl_rec.vocab import Vocabulary, key_strings, string_keys
 
 MERGE_MIN = 1 << 18
 # Pending entries are merged once they reach this share of the state: bounds their memory.

@@ -75,9 +75,12 @@ class BatchLoader:
         world_size: number of ranks.
 
     Example:
-        >>> loader = BatchLoader(table, batch_size=4096, shuffle=True)  # doctest: +SKIP
+        >>> from ssl_rec.data.storage import record_batch, split_schema
+        >>> schema = split_schema(13, 26, True, False)
+        >>> rows = record_batch(schema, np.zeros((10, 13)), np.ones((10, 26)), np.zeros(10))
+        >>> loader = BatchLoader(pa.Table.from_batches([rows]), batch_size=4, shuffle=True)
         >>> next(iter(loader)).sparse.shape
-        torch.Size([4096, 26])
+        torch.Size([4, 26])
 
     """
 

@@ -2,9 +2,11 @@
 
 ``Vocabulary.encode`` builds a hash set of the whole vocabulary on every call; a stream of
 batches needs a structure built once: an open-addressing hash table of the exact keys of
-short values (:func:`ssl_rec.vocabulary.string_keys`; 16 bytes per slot at load <= 0.6,
+short values (:func:`ssl_rec.vocab.strings.string_keys`; 16 bytes per slot at load <= 0.6,
 about 27 bytes per value), and a dict for the rare values longer than 8 bytes. Only a
-batch's distinct values are looked up; rows then take their id by position.
+batch's distinct values are looked up; rows then take their id by position. Values that get
+id 0 are told apart, where the vocabulary recorded its rare values, into those rarer than
+``min_frequency`` in training and those never seen there (:meth:`VocabularyLookup.classify`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ssl_rec.schema import MISSING_ID
-from ssl_rec.vocabulary import Vocabulary, string_keys
+from ssl_rec.vocab import Vocabulary, hashes_contain, string_keys
 
 
 def dictionary_of(column: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
@@ -126,6 +128,7 @@ class VocabularyLookup:
 
     def __init__(self, vocabulary: Vocabulary) -> None:
         self._hashed = vocabulary if vocabulary.hashed else None
+        self._rare_hashes = vocabulary.rare_hashes  # at most RARE_HASHES_MAX
         self._table: KeyTable | None = None
         self._long: dict[str, int] = {}
         if vocabulary.hashed or not len(vocabulary.values):
@@ -176,3 +179,29 @@ class VocabularyLookup:
         """
         ids, unseen = self.encode_rows(column)
         return ids, int(np.count_nonzero(unseen))
+
+    @property
+    def knows_rare(self) -> bool:
+        """Whether :meth:`classify` can tell rare training values from never-seen ones."""
+        return self._rare_hashes is not None
+
+    def classify(
+        self, column: pa.Array | pa.ChunkedArray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids int32[N], unseen bool[N], rare bool[N])`` of a string (or dictionary) column.
+
+        ``unseen`` marks non-missing values mapped to id 0; ``rare`` the subset of them that
+        were rarer than ``min_frequency`` in training (all false unless :attr:`knows_rare`).
+        """
+        encoded = dictionary_of(column)
+        per_value = self.ids_of(encoded.dictionary)
+        rare_value = np.zeros(len(per_value), bool)
+        zero = np.flatnonzero(per_value == MISSING_ID)
+        if zero.size and self.knows_rare:
+            zero_values = encoded.dictionary.take(pa.array(zero))
+            rare_value[zero] = hashes_contain(self._rare_hashes, zero_values)
+        codes = codes_of(encoded)
+        ids = np.concatenate([[MISSING_ID], per_value]).astype(np.int32)[codes + 1]
+        unseen = (ids == MISSING_ID) & (codes >= 0)
+        rare = np.concatenate([[False], rare_value])[codes + 1] & unseen
+        return ids, unseen, rare

@@ -9,12 +9,12 @@ Two passes over record batches, never a whole file in memory:
 2. **encode**: read every file (training files from their spill), map values to ids
    (:class:`~ssl_rec.data.lookup.VocabularyLookup`; values given vocabularies do not know
    -> 0, counted per split and field) and append the rows to their split's shards
-   (:class:`~ssl_rec.data.routing.SplitRoutes`).
+   (:class:`~ssl_rec.data.split_routes.SplitRoutes`).
 
 Peak memory is the vocabularies (about 16 bytes per distinct value of at most 8 bytes while
 counting, about 27 per kept value in the lookups' key tables while encoding) plus a few
 blocks of rows; the split of every row is a pure function of the plan
-(:mod:`ssl_rec.data.plan`), so the output is the same bit for bit whatever the block size.
+(:mod:`ssl_rec.data.split_plan`), so the output is the same bit for bit whatever the block size.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ import numpy as np
 from ssl_rec.data import spill as spill_module
 from ssl_rec.data.counting import ValueCounter
 from ssl_rec.data.lookup import VocabularyLookup, dictionary_counts
+from ssl_rec.data.oov_report import report_rare_in_training, report_unseen
 from ssl_rec.data.parsing import check_on_bad_row
-from ssl_rec.data.plan import SPLITS, Part, Plan, SplitDraw
 from ssl_rec.data.progress import PassProgress
 from ssl_rec.data.raw import RawBatch
 from ssl_rec.data.reading import ordered_map, prefetch
-from ssl_rec.data.routing import SplitRoutes
 from ssl_rec.data.spill import SpillReader, SpillWriter
+from ssl_rec.data.split_plan import SPLITS, Part, SplitDraw, SplitPlan
+from ssl_rec.data.split_routes import SplitRoutes
 from ssl_rec.data.storage import SHARD_ROWS
 from ssl_rec.schema import CategoricalField, FeatureSchema
-from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies
-from ssl_rec.vocabulary import VOCAB_DIRNAME, Vocabulary
+from ssl_rec.vocab import VOCABULARY_FILE_KEY, VOCABULARY_FILENAME, Vocabularies, Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -157,24 +157,27 @@ def _encoded(stream: RawStream, spill: SpillWriter | None) -> Iterator[RawBatch]
 def encode_batch(
     raw: RawBatch, lookups: list[VocabularyLookup], unseen: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(ids int32[N, F], unseen bool[N, F] or None)`` of a batch.
+    """``(ids int32[N, F], unseen bool[N, 2F] or None)`` of a batch.
 
-    ``unseen`` (computed when asked) marks the non-missing values that got id 0.
+    ``unseen`` (computed when asked) marks in columns ``0..F-1`` the non-missing values that
+    got id 0 and in columns ``F..2F-1`` those of them rarer than ``min_frequency`` in the
+    vocabularies' training data (where the vocabulary recorded them).
     """
-    ids = np.empty((raw.num_rows, len(lookups)), np.int32)
-    mask = np.empty(ids.shape, bool) if unseen else None
+    n_fields = len(lookups)
+    ids = np.empty((raw.num_rows, n_fields), np.int32)
+    mask = np.empty((raw.num_rows, 2 * n_fields), bool) if unseen else None
     for f, (lookup, column) in enumerate(zip(lookups, raw.categorical, strict=True)):
         if mask is None:
             ids[:, f] = lookup.encode(column)[0]
         else:
-            ids[:, f], mask[:, f] = lookup.encode_rows(column)
+            ids[:, f], mask[:, f], mask[:, n_fields + f] = lookup.classify(column)
     return ids, mask
 
 
 class _Run:
     """One preprocessing run: the plan, the reader, the options and the output directory."""
 
-    def __init__(self, plan: Plan, open_part: OpenPart, layout: Layout,
+    def __init__(self, plan: SplitPlan, open_part: OpenPart, layout: Layout,
                  options: PreprocessOptions, out: Path) -> None:  # fmt: skip
         self.plan, self.open_part, self.layout = plan, open_part, layout
         self.options, self.out = options, out
@@ -256,7 +259,7 @@ class _Run:
 def given_vocabularies(vocabularies: Vocabularies, layout: Layout) -> list[Vocabulary]:
     """The vocabularies of ``layout``'s fields, in order (``ValueError`` if the fields differ)."""
     if not isinstance(vocabularies, Vocabularies):
-        raise ValueError(f"vocabularies must be ssl_rec.vocabularies.Vocabularies, got "
+        raise ValueError(f"vocabularies must be ssl_rec.vocab.Vocabularies, got "
                          f"{type(vocabularies).__name__}")  # fmt: skip
     if vocabularies.names != list(layout.categorical):
         raise ValueError(
@@ -264,16 +267,6 @@ def given_vocabularies(vocabularies: Vocabularies, layout: Layout) -> list[Vocab
             f"{list(layout.categorical)}; use the fields (in the order) the model was trained on"
         )
     return [vocabularies[name] for name in layout.categorical]
-
-
-def report_unseen(split: str, rows: int, unseen: dict[str, int]) -> None:
-    """Log one line: how many values of ``split`` the model's vocabulary does not know."""
-    seen = {name: n for name, n in unseen.items() if n}
-    if not seen:
-        return
-    detail = ", ".join(f"{name} {n}" for name, n in sorted(seen.items(), key=lambda kv: -kv[1]))
-    log.warning("%s split: %d values unseen by the model's vocabulary use id 0 (%d rows; %s)",
-                split, sum(seen.values()), rows, detail)  # fmt: skip
 
 
 def _split_metadata(run: _Run, routes: SplitRoutes) -> dict[str, Any]:
@@ -291,7 +284,7 @@ def _split_metadata(run: _Run, routes: SplitRoutes) -> dict[str, Any]:
 
 
 def preprocess(
-    plan: Plan,
+    plan: SplitPlan,
     open_part: OpenPart,
     layout: Layout,
     options: PreprocessOptions,
@@ -307,31 +300,41 @@ def preprocess(
         layout: output column names.
         options: preprocessing options.
         out_dir: directory being written (a temporary one).
-        final_dir: where ``out_dir`` will live; stored in ``metadata["vocab_dir"]``.
+        final_dir: where ``out_dir`` will live; its ``vocabulary.arrow`` is stored in
+            ``metadata["vocabulary_file"]``.
         vocabularies: a model's vocabularies to encode with instead of fitting new ones;
             values they do not know get id 0 and are counted per split and field in
-            ``metadata["unseen_values"]``.
+            ``metadata["unseen_values"]``; how many of those were rarer than
+            ``min_frequency`` in their training data in ``metadata["rare_values"]``
+            (``None`` for a field whose vocabulary did not record its rare values).
 
     Returns:
         The schema; ``metadata`` holds the options, the plan, rows / shards / skipped rows
-        per split, the vocabularies' fingerprints, hashed fields and ``vocab_dir`` (and
-        unseen values per split when vocabularies were given).
+        per split, the vocabularies' fingerprints, hashed fields, ``vocabulary_file``,
+        ``training_rare_values`` (distinct values per field below ``min_frequency`` in
+        training, ``None`` if not recorded) and, when vocabularies were given, unseen and
+        rare values per split.
 
     """
     run = _Run(plan, open_part, layout, options, out_dir)
     given = vocabularies is not None
     if given:
         vocabs = given_vocabularies(vocabularies, layout)
+        min_frequency = vocabularies.min_frequency
     else:
         vocabs = run.count()
         vocabularies = Vocabularies(dict(zip(layout.categorical, vocabs, strict=True)),
                                     options.min_frequency, options.max_vocab_size)  # fmt: skip
+        min_frequency = options.min_frequency
+    rare_known = {name: v.rare_hashes is not None or min_frequency <= 1
+                  for name, v in zip(layout.categorical, vocabs, strict=True)}  # fmt: skip
+    training_rare = {name: v.rare_count for name, v in zip(layout.categorical, vocabs,
+                                                           strict=True)}  # fmt: skip
+    if not given:
+        report_rare_in_training(training_rare, min_frequency)
     # Whatever needs the vocabularies' values is done before encoding; while rows are
     # encoded only the lookups' key tables stay resident (the values are released).
-    for name, vocab in zip(layout.categorical, vocabs, strict=True):
-        vocab.save(out_dir / VOCAB_DIRNAME, name)
-    if not given:
-        vocabularies.save(out_dir / VOCABULARY_FILENAME)
+    vocabularies.save(out_dir / VOCABULARY_FILENAME)
     fields = [CategoricalField(n, v.cardinality)
               for n, v in zip(layout.categorical, vocabs, strict=True)]  # fmt: skip
     hashed = [n for n, v in zip(layout.categorical, vocabs, strict=True) if v.hashed]
@@ -348,16 +351,20 @@ def preprocess(
         "plan": plan.to_dict(),
         "splits": _split_metadata(run, routes),
         "skipped_rows": skipped,
-        "vocab_dir": str(final_dir / VOCAB_DIRNAME),
+        VOCABULARY_FILE_KEY: str(final_dir / VOCABULARY_FILENAME),
         "hashed_fields": hashed,
         "vocabulary": fingerprints,
         "vocabulary_given": given,
+        "training_rare_values": training_rare,
     }
     if given:
-        metadata["unseen_values"] = {
-            split: dict(zip(layout.categorical, counts.tolist(), strict=True))
-            for split, counts in routes.unseen.items()
-        }
-        for split, counts in metadata["unseen_values"].items():
-            report_unseen(split, routes.writers[split].rows, counts)
+        n_fields = len(layout.categorical)
+        metadata["unseen_values"], metadata["rare_values"] = {}, {}
+        for split, counts in routes.unseen.items():
+            unseen = dict(zip(layout.categorical, counts[:n_fields].tolist(), strict=True))
+            rare = {name: n if rare_known[name] else None
+                    for name, n in zip(layout.categorical, counts[n_fields:].tolist(),
+                                       strict=True)}  # fmt: skip
+            metadata["unseen_values"][split], metadata["rare_values"][split] = unseen, rare
+            report_unseen(split, routes.writers[split].rows, unseen, rare, min_frequency)
     return FeatureSchema(layout.dense, tuple(fields), layout.label, metadata)

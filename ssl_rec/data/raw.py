@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ssl_rec.vocabulary import CodedColumn
+from ssl_rec.vocab import CodedColumn
 
 
 @dataclass(frozen=True)

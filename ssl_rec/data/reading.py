@@ -3,7 +3,10 @@
 Memory depends on the block size, never on the file's length. Every column is read as text
 (numbers are checked and converted by :mod:`ssl_rec.data.parsing`, which names file and
 line); the cells listed in ``missing_values`` are null. Errors name the file: a row with the
-wrong number of columns (and its line), a truncated or corrupt gzip stream, invalid UTF-8.
+wrong number of columns (and its line), a truncated or corrupt gzip stream, invalid UTF-8,
+UTF-16 text. A UTF-8 byte-order mark at the start of a file is not part of its first cell
+(Arrow's parser skips it, and so does :func:`open_text`); :func:`first_line` says so once
+per file.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import collections
 import gzip
 import io
+import logging
 import os
 import queue
 import re
@@ -30,7 +34,11 @@ U = TypeVar("U")
 BLOCK_BYTES = 4 << 20
 PARQUET_ROWS = 1 << 16
 GZIP_MAGIC = b"\x1f\x8b"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+UTF8_BOM = b"\xef\xbb\xbf"
 _EXPECTED = re.compile(r"Expected (\d+) columns, got (\d+)")
+log = logging.getLogger(__name__)
+_BOM_NAMED: set[str] = set()  # files whose UTF-8 byte-order mark was already named
 
 
 def is_gzip(path: str | os.PathLike[str]) -> bool:
@@ -40,10 +48,33 @@ def is_gzip(path: str | os.PathLike[str]) -> bool:
 
 
 def open_text(path: str | os.PathLike[str]) -> io.TextIOBase:
-    """Open a plain or gzip text file for reading lines (UTF-8)."""
+    """Open a plain or gzip text file for reading lines (UTF-8; a leading BOM is dropped)."""
+    # Spreadsheets save "CSV UTF-8" with a BOM; Arrow's parser skips it, so must the header.
     if is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def _starts_with(path: str | os.PathLike[str], marks: tuple[bytes, ...]) -> bool:
+    """Whether the (plain or gzip) file's first bytes are one of ``marks``."""
+    try:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as f:
+            return f.read(max(len(m) for m in marks)).startswith(marks)
+    except (OSError, EOFError):
+        return False
+
+
+def _name_utf8_bom(path: str | os.PathLike[str]) -> None:
+    """Log, once per file, that its UTF-8 byte-order mark is not read as header text."""
+    key = os.path.abspath(path)
+    if key not in _BOM_NAMED and _starts_with(path, (UTF8_BOM,)):
+        _BOM_NAMED.add(key)
+        log.info("%s: stripped a UTF-8 byte-order mark from the header", path)
+
+
+def _utf16_bom(path: str | os.PathLike[str]) -> bool:
+    """Whether the (plain or gzip) file starts with a UTF-16 byte-order mark."""
+    return _starts_with(path, UTF16_BOMS)
 
 
 def first_line(path: str | os.PathLike[str]) -> str:
@@ -58,9 +89,14 @@ def first_line(path: str | os.PathLike[str]) -> str:
         raise FileNotFoundError(f"data file not found: {path}")
     try:
         with open_text(path) as f:
-            return f.readline().rstrip("\r\n")
+            line = f.readline().rstrip("\r\n")
     except (OSError, EOFError, UnicodeDecodeError) as e:
+        if _utf16_bom(path):
+            raise ValueError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark); "
+                             "save it as UTF-8") from None  # fmt: skip
         raise ValueError(f"{path}: cannot read line 1 ({e})") from None
+    _name_utf8_bom(path)
+    return line
 
 
 @dataclass(frozen=True)
@@ -104,8 +140,10 @@ class TextBatches:
         skipped: rows with the wrong number of columns dropped so far.
 
     Example:
-        >>> for batch, line in TextBatches("day_0.gz", TextFormat("\\t", False), names):
-        ...     pass  # doctest: +SKIP
+        >>> _ = Path("day_0.tsv").write_text("1\t5\n0\t\n")
+        >>> for batch, line in TextBatches("day_0.tsv", TextFormat("\t", False), ["y", "C1"]):
+        ...     print(line, batch.column("C1").to_pylist())
+        1 ['5', None]
 
     """
 

@@ -8,30 +8,42 @@ fixed-size list per feature group (``dense float32[n_dense]``, ``sparse int32[F]
 data. A cache entry is a directory ``<cache_dir>/<kind>-<key>`` whose key hashes the inputs
 and options; it is built in a temporary sibling under a lock and renamed when complete
 (:mod:`ssl_rec._io`), so an interrupted build never leaves an entry a later run trusts.
+``checksums.json`` records every file's CRC-32; shards are checked when a process first
+opens them, so bytes changed on disk are reported instead of trained on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import datasets
+import filelock
 import numpy as np
 import pyarrow as pa
 
-from ssl_rec._io import FileLock, atomic_directory, remove_stale_temporaries
-from ssl_rec.data.plan import SPLIT_NAMES, SPLITS
+from ssl_rec._io import (
+    atomic_directory,
+    atomic_write_json,
+    directory_checksums,
+    remove_stale_temporaries,
+    verify_file,
+)
+from ssl_rec.data.split_plan import SPLIT_NAMES, SPLITS
 from ssl_rec.schema import SCHEMA_FILENAME, FeatureSchema
 
 DENSE, SPARSE, LABEL, PROB = "dense", "sparse", "label", "prob"
 SHARD_ROWS = 2_000_000
 CACHE_ENV = "SSL_REC_CACHE"
-FORMAT_VERSION = 2
+CHECKSUMS_FILENAME = "checksums.json"
+# 3: one vocabulary.arrow per entry, no vocab/<field>.arrow (older entries are rebuilt).
+FORMAT_VERSION = 3
 log = logging.getLogger(__name__)
 
 __all__ = ["SPLITS", "SPLIT_NAMES", "ShardWriter", "cached_build", "open_split", "split_schema"]
@@ -97,7 +109,8 @@ class ShardWriter:
 
     Example:
         >>> schema = split_schema(13, 26, True, False)
-        >>> with ShardWriter(out / "train", schema) as w:  # doctest: +SKIP
+        >>> dense, sparse, label = np.zeros((4, 13)), np.ones((4, 26)), np.zeros(4)
+        >>> with ShardWriter(Path("entry") / "train", schema) as w:
         ...     w.write(record_batch(schema, dense, sparse, label))
 
     """
@@ -172,11 +185,85 @@ def shard_paths(directory: str | os.PathLike[str], split: str) -> list[Path]:
     return paths
 
 
+def write_entry_checksums(entry: Path) -> None:
+    """Record the checksum of every file of a cache entry in ``<entry>/checksums.json``."""
+    files = directory_checksums(entry, exclude=[CHECKSUMS_FILENAME])
+    atomic_write_json(entry / CHECKSUMS_FILENAME, {"format": 1, "files": files})
+
+
+def verify_entry_files(entry: str | os.PathLike[str], paths: Sequence[Path]) -> None:
+    """Check files of a cache entry against its ``checksums.json`` (once per process each).
+
+    An entry written before checksums (no ``checksums.json``) is not checked; in one that
+    has them, a file missing from the record is as corrupt as a changed one.
+
+    Raises:
+        ChecksumError: a ``ValueError`` naming the file and how to rebuild the entry.
+
+    """
+    entry = Path(entry)
+    record = entry / CHECKSUMS_FILENAME
+    if not record.is_file():
+        return
+    try:
+        files = json.loads(record.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{record}: corrupt ({e}); delete {entry} to rebuild it") from e
+    remedy = f"delete {entry} to rebuild it"
+    for path in paths:
+        rel = Path(path).relative_to(entry).as_posix()
+        if rel not in files:
+            raise ValueError(f"{path}: not a file this cache entry was written with; {remedy}")
+        verify_file(path, files[rel], remedy)
+
+
 def open_split(directory: str | os.PathLike[str], split: str) -> datasets.Dataset:
-    """Memory-map the shards of ``<directory>/<split>/`` as one ``datasets.Dataset``."""
-    parts = [datasets.Dataset.from_file(str(p), in_memory=False)
-             for p in shard_paths(directory, split)]  # fmt: skip
+    """Memory-map the shards of ``<directory>/<split>/`` as one ``datasets.Dataset``.
+
+    Each shard is checked against the entry's recorded checksums once per process
+    (:func:`verify_entry_files`; ``SSL_REC_VERIFY=0`` skips it).
+    """
+    paths = shard_paths(directory, split)
+    parts = [_open_shard(p, Path(directory)) for p in paths]
+    verify_entry_files(directory, paths)
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+def _open_shard(path: Path, entry: Path) -> datasets.Dataset:
+    """Memory-map one shard; a truncated or unreadable file is named with the way to rebuild."""
+    try:
+        return datasets.Dataset.from_file(str(path), in_memory=False)
+    except (OSError, pa.ArrowException) as e:
+        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        raise ValueError(
+            f"{path}: unreadable preprocessed shard ({reason}); delete {entry} to rebuild it"
+        ) from e
+
+
+@contextlib.contextmanager
+def entry_build_lock(path: str | os.PathLike[str], message: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (a :class:`filelock.FileLock`) inside the block.
+
+    The operating system releases it when the holder dies, so a killed build never blocks
+    the next one; the lock file is left in place.
+
+    Args:
+        path: lock file (created, with its directory, if missing).
+        message: logged once (``waiting for <path>: <message>``) when another process holds
+            the lock and this one waits for it.
+
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(path)
+    try:
+        lock.acquire(blocking=False)
+    except filelock.Timeout:
+        log.info("waiting for %s: %s", path, message)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def cached_build(
@@ -204,14 +291,16 @@ def cached_build(
     final = Path(cache_dir) / f"{kind}-{cache_key(inputs)}"
     if (final / SCHEMA_FILENAME).is_file():
         log.info("using preprocessed data cached at %s", final)
+        verify_entry_files(final, [final / SCHEMA_FILENAME])
         return final, FeatureSchema.load(final)
     lock = final.with_name(f".{final.name}.lock")
-    with FileLock(lock, f"another process is building {final}; waiting for it"):
+    with entry_build_lock(lock, f"another process is building {final}; waiting for it"):
         if not (final / SCHEMA_FILENAME).is_file():
             remove_stale_temporaries(final)
             log.info("preprocessing into %s", final)
             with atomic_directory(final, overwrite=True) as tmp:
                 schema = build(tmp, final)
                 schema.save(tmp)
+                write_entry_checksums(tmp)
     log.info("preprocessed data cached at %s", final)
     return final, FeatureSchema.load(final)

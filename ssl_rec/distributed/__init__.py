@@ -5,7 +5,7 @@ plans, the planner and the cost model; the TorchRec modules (``sharder``,
 ``sharded_collection``) are imported where they are used.
 """
 
-from ssl_rec.distributed.plan import (
+from ssl_rec.distributed.table_placement import (
     ROW_WISE,
     SHARDING_TYPES,
     TABLE_ROW_WISE,

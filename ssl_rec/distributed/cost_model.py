@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from ssl_rec.distributed.layout import shard_rows
-from ssl_rec.distributed.plan import TablePlacement
+from ssl_rec.distributed.cyclic_layout import shard_rows
+from ssl_rec.distributed.table_placement import TablePlacement
 from ssl_rec.hardware.cache import cache_geometry
 from ssl_rec.hardware.memory import table_memory
 from ssl_rec.hardware.spec import TableSpec

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware.kernels.dispatch import get_kernels
-from ssl_rec.hardware.kernels.layout import Plan
+from ssl_rec.hardware.kernels.table_meta import AdmittedBatch
 from ssl_rec.hardware.table import EmbeddingTable
 from ssl_rec.hardware.table_group import TableGroup
 
@@ -87,7 +87,7 @@ class LocalShards(nn.Module):
     @torch.no_grad()
     def admit_and_lookup(
         self, whole_ids: torch.Tensor, piece_ids: list[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[Plan]]:
+    ) -> tuple[torch.Tensor, list[AdmittedBatch]]:
         """Admit the ids into the caches and look them up (one training forward step).
 
         Returns:
@@ -109,7 +109,7 @@ class LocalShards(nn.Module):
         whole_ids: torch.Tensor,
         piece_ids: list[torch.Tensor],
         grad: torch.Tensor,
-        plans: list[Plan],
+        plans: list[AdmittedBatch],
     ) -> None:
         """Fused optimizer step for ``grad`` (laid out as the lookup's output)."""
         step, kernels, start = self._next_step(), get_kernels(), 0

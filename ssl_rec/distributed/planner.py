@@ -3,7 +3,7 @@
 ``auto`` runs TorchRec's ``EmbeddingShardingPlanner`` over a stand-in of the collection
 (shapes only, nothing allocated): its enumerator proposes, per table, every sharding the
 table allows exactly (table-wise always; row-wise / table-row-wise when the rows and cache
-sets split over the ranks, see :func:`~ssl_rec.distributed.layout.check_row_split`), the
+sets split over the ranks, see :func:`~ssl_rec.distributed.cyclic_layout.check_row_split`), the
 library's estimators price each shard (bytes from ``hardware.memory``, kernel and comm time
 from :mod:`~ssl_rec.distributed.cost_model`), and its partitioner places shards to balance
 the slowest rank. Memory balance comes from the per-rank capacity: the planner is run with
@@ -26,22 +26,22 @@ from ssl_rec.distributed.cost_model import (
     shard_bytes,
     shard_seconds,
 )
-from ssl_rec.distributed.plan import (
+from ssl_rec.distributed.exact_shardings import allowed_types
+from ssl_rec.distributed.table_placement import (
     ROW_WISE,
-    TABLE_ROW_WISE,
     TABLE_WISE,
     TablePlacement,
+    check_plan,
     plan_from_dict,
     plan_to_dict,
 )
-from ssl_rec.hardware.cache import cache_geometry
 
 SHARDING_CHOICES: tuple[str, ...] = ("auto", TABLE_WISE, ROW_WISE)
 CAPACITY_SLACK: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 3.0)
 PLANNER_BATCH = 4096
 
-__all__ = ["SHARDING_CHOICES", "PlanResult", "allowed_types", "plan_collection", "plan_tables",
-           "read_plan_file", "tables_of"]  # fmt: skip
+__all__ = ["SHARDING_CHOICES", "PlanResult", "plan_collection", "plan_tables", "read_plan_file",
+           "tables_of"]  # fmt: skip
 
 
 @dataclass
@@ -130,23 +130,6 @@ def tables_of(collection: Any, hit_rates: Sequence[float] | None = None) -> list
     return infos
 
 
-def allowed_types(table: TableInfo, world_size: int, local_world_size: int) -> list[str]:
-    """Shardings of ``table`` that are exact (whole cache sets per shard) on this topology."""
-    sets = cache_geometry(table.rows, table.spec)
-    types = [TABLE_WISE]
-    if world_size > 1 and table.rows >= world_size and sets % world_size == 0:
-        types.append(ROW_WISE)
-    hosts = world_size // local_world_size if local_world_size else 1
-    if (
-        hosts > 1
-        and local_world_size > 1
-        and world_size % local_world_size == 0
-        and (table.rows >= local_world_size and sets % local_world_size == 0)
-    ):
-        types.append(TABLE_ROW_WISE)
-    return types
-
-
 def _fixed_plan(
     tables: Sequence[TableInfo], world_size: int, row_wise: bool
 ) -> dict[str, TablePlacement]:
@@ -197,6 +180,7 @@ def plan_tables(
     if world_size == 1:
         placements = {t.name: TablePlacement(TABLE_WISE, (0,)) for t in tables}
     elif sharding == "auto":
+        # lazy: TorchRec (seconds to import) only for `auto` plans over several ranks
         from ssl_rec.distributed.torchrec_planner import torchrec_plan
 
         placements = torchrec_plan(tables, world_size, local, rates, CAPACITY_SLACK, PLANNER_BATCH)
@@ -213,8 +197,6 @@ def evaluate_plan(
     rates: KernelRates | None = None,
 ) -> PlanResult:
     """Per-rank bytes and lookup time of ``placements`` (checked as the sharder will)."""
-    from ssl_rec.distributed.plan import check_plan
-
     names = [t.name for t in tables]
     placements = check_plan(placements, names, [t.rows for t in tables],
                             [t.spec for t in tables], world_size)  # fmt: skip

@@ -3,7 +3,7 @@
 Checkpoints store every table tensor in the layout torch.distributed.checkpoint reshards:
 the logical (unsharded) tensor cut into ``ceil(L / W)``-row blocks, block ``r`` on rank ``r``
 (``torch.chunk``'s split). Training keeps rows cyclic over a table's ranks
-(:mod:`ssl_rec.distributed.layout`). One ``all_to_all_single`` of the rows' bytes (any dtype)
+(:mod:`ssl_rec.distributed.cyclic_layout`). One ``all_to_all_single`` of the rows' bytes (any dtype)
 moves between the two.
 """
 

@@ -32,10 +32,10 @@ from torchrec.distributed.types import (
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from ssl_rec.distributed.collection_surface import CollectionSurface
-from ssl_rec.distributed.layout import split_table
+from ssl_rec.distributed.cyclic_layout import split_table
 from ssl_rec.distributed.local_shards import LocalShards, shard_lookup
-from ssl_rec.distributed.plan import TablePlacement, check_plan
-from ssl_rec.distributed.routing import Routing, SentIds
+from ssl_rec.distributed.lookup_routing import Routing, SentIds
+from ssl_rec.distributed.table_placement import TablePlacement, check_plan
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 
 __all__ = ["ShardedMixedPrecisionEmbeddingCollection"]
@@ -86,7 +86,7 @@ class ShardedMixedPrecisionEmbeddingCollection(
     unsharded collection (whose tables it slices, so both start identical). With FP32
     comms, training on W ranks with local batches ``B`` equals one process training the
     unsharded collection on the concatenated ``W * B`` batch, bit for bit, for every table
-    precision, cache and optimizer (see :mod:`~ssl_rec.distributed.layout`).
+    precision, cache and optimizer (see :mod:`~ssl_rec.distributed.cyclic_layout`).
 
     The shards are plain attributes, not submodules: DDP never sees (or broadcasts) them,
     and ``state_dict()`` is the unsharded collection's, as ``ShardedTensor`` blocks (see

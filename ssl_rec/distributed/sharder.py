@@ -27,8 +27,8 @@ from torchrec.distributed.types import (
     ShardingEnv,
 )
 
-from ssl_rec.distributed.plan import SHARDING_TYPES, TablePlacement
 from ssl_rec.distributed.sharded_collection import ShardedMixedPrecisionEmbeddingCollection
+from ssl_rec.distributed.table_placement import SHARDING_TYPES, TablePlacement
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 
 COMPUTE_KERNEL = EmbeddingComputeKernel.CUSTOMIZED_KERNEL.value

@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
 
-from ssl_rec.distributed.layout import table_pieces
-from ssl_rec.distributed.plan import TablePlacement
+from ssl_rec.distributed.cyclic_layout import table_pieces
 from ssl_rec.distributed.redistribute import block_range, blocks_to_cyclic, cyclic_to_blocks
+from ssl_rec.distributed.table_placement import TablePlacement
 from ssl_rec.hardware.cache import cache_geometry
-from ssl_rec.hardware.kernels.layout import CACHE_WAYS
+from ssl_rec.hardware.kernels.table_meta import CACHE_WAYS
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable
 

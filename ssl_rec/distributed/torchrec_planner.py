@@ -26,9 +26,9 @@ from torchrec.distributed.planner.types import (
 )
 
 from ssl_rec.distributed.cost_model import KernelRates, TableInfo, shard_bytes, shard_seconds
-from ssl_rec.distributed.plan import TablePlacement
-from ssl_rec.distributed.planner import allowed_types
+from ssl_rec.distributed.exact_shardings import allowed_types
 from ssl_rec.distributed.sharder import MixedPrecisionCollectionSharder
+from ssl_rec.distributed.table_placement import TablePlacement
 
 __all__ = ["PlanningStub", "torchrec_plan"]
 

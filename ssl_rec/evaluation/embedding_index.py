@@ -9,10 +9,11 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from ssl_rec._paths import inside
 from ssl_rec.evaluation.faiss_index import METRICS, set_search_params
-from ssl_rec.evaluation.manifest import Manifest, VectorSet
+from ssl_rec.evaluation.manifest import MANIFEST_FILENAME, Manifest, VectorSet
 from ssl_rec.evaluation.vector_store import decode_vectors
-from ssl_rec.vocabularies import Vocabularies
+from ssl_rec.vocab import Vocabularies
 
 
 @dataclass
@@ -58,9 +59,15 @@ class EmbeddingIndex:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> EmbeddingIndex:
-        """Open an export directory; ``ValueError``/``FileNotFoundError`` say what is wrong."""
+        """Open an export directory; ``ValueError``/``FileNotFoundError`` say what is wrong.
+
+        Every file is checked against the manifest's checksums as it is read (a
+        :class:`~ssl_rec._io.ChecksumError` names a changed file; ``SSL_REC_VERIFY=0``
+        skips the check).
+        """
         directory = Path(directory)
         manifest = Manifest.read(directory)
+        _check_file_names(directory, manifest)
         sets = {name: _load_set(directory, info, manifest) for name, info in manifest.sets.items()}
         return cls(directory, manifest, sets)
 
@@ -78,7 +85,10 @@ class EmbeddingIndex:
     def vocabulary(self) -> Vocabularies | None:
         """The model's vocabularies (raw value -> id per field), or ``None`` if not exported."""
         if self._vocabulary is None and self.manifest.vocabulary:
-            self._vocabulary = Vocabularies.load(self.directory / self.manifest.vocabulary)
+            self.manifest.verify(self.directory, self.manifest.vocabulary)
+            file = inside(self.directory, self.manifest.vocabulary,
+                          self.directory / MANIFEST_FILENAME)  # fmt: skip
+            self._vocabulary = Vocabularies.load(file)
         return self._vocabulary
 
     def vectors(self, name: str) -> np.ndarray:
@@ -173,13 +183,24 @@ class EmbeddingIndex:
         return loaded
 
 
+def _check_file_names(directory: Path, manifest: Manifest) -> None:
+    """Refuse a manifest naming any file outside ``directory`` before anything is read."""
+    where = directory / MANIFEST_FILENAME
+    if not all(isinstance(info.files, dict) for info in manifest.sets.values()):
+        raise ValueError(f"{where}: malformed manifest (a set's files are not a mapping)")
+    names = [name for info in manifest.sets.values() for name in info.files.values()]
+    for name in [*names, *([manifest.vocabulary] if manifest.vocabulary else [])]:
+        inside(directory, name, where)
+
+
 def _load_set(directory: Path, info: VectorSet, manifest: Manifest) -> _LoadedSet:
     def path(role: str) -> Path:
         if role not in info.files:
             raise ValueError(f"manifest set {info.name!r} names no {role!r} file")
-        p = directory / info.files[role]
+        p = inside(directory, info.files[role], directory / MANIFEST_FILENAME)
         if not p.is_file():
             raise FileNotFoundError(f"{p} listed in the manifest is missing")
+        manifest.verify(directory, info.files[role])
         return p
 
     quantizer = np.load(path("quantizer")) if "quantizer" in info.files else None

@@ -11,6 +11,13 @@ Layout of an export directory (every name is listed in ``manifest.json``)::
     <set>.labels.npy              float32[n] (representation sets with labels)
     <set>.faiss                   the FAISS index; FAISS id i = row i of the .npy files
 
+``<set>`` is the set's name made a safe file name (:func:`~ssl_rec._paths.safe_file_name`:
+``C1`` stays ``C1``, a field named ``../x`` becomes ``%2E.%2Fx~<hash>``), so no field name
+writes outside the directory; readers find files through the manifest, never by name.
+
+The manifest is written last and records the CRC-32 of every other file, which
+:class:`~ssl_rec.evaluation.embedding_index.EmbeddingIndex` checks as it loads them.
+
 Entity sets leave out the reserved id 0 (missing, rare and unseen values share it, so it
 is no entity) and hash buckets no value fell into; the set's ``index.excluded_ids`` says
 how many were left out.
@@ -18,6 +25,8 @@ how many were left out.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -30,21 +39,22 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ssl_rec._io import atomic_directory, atomic_write_json
+from ssl_rec._io import atomic_directory, atomic_write_json, directory_checksums
+from ssl_rec._paths import safe_file_name
 from ssl_rec.evaluation.faiss_index import (
     build_index_or_exact,
     check_metric,
     check_precision,
     default_search_params,
     resolve_factory,
+    write_faiss_index,
 )
 from ssl_rec.evaluation.manifest import MANIFEST_FILENAME, Manifest, VectorSet, file_sha256
 from ssl_rec.evaluation.representations import RepresentationSet, backbone_of
 from ssl_rec.evaluation.vector_store import encode_vectors
 from ssl_rec.schema import MISSING_ID, FeatureSchema
 from ssl_rec.types import BackboneProtocol
-from ssl_rec.vocabularies import VOCABULARY_FILENAME
-from ssl_rec.vocabulary import UNUSED_VALUE, load_vocabulary
+from ssl_rec.vocab import UNUSED_VALUE, VOCABULARY_FILENAME, Vocabularies, schema_vocabularies
 
 ROW_CHUNK = 65_536
 log = logging.getLogger(__name__)
@@ -91,23 +101,34 @@ def entity_vectors(
     chunks = []
     starts = range(0, cardinality, ROW_CHUNK)
     with torch.no_grad():
-        for start in tqdm(starts, desc=f"rows {field}", disable=not progress, unit="chunk"):
+        # disable=None: a bar on a terminal only, never redrawn into a log file.
+        shown = None if progress else True
+        for start in tqdm(starts, desc=f"rows {field}", disable=shown, unit="chunk"):
             ids = torch.arange(start, min(start + ROW_CHUNK, cardinality), dtype=torch.int64)
             chunks.append(backbone.entity_vectors(field, ids).float().cpu().numpy())
     return np.concatenate(chunks)
 
 
-def entity_values(backbone: BackboneProtocol, schema: FeatureSchema, field: str) -> np.ndarray:
-    """Raw value of each id of ``field`` (``str[card]``; id 0 = ``"<missing>"``).
+def export_vocabularies(backbone: BackboneProtocol, schema: FeatureSchema) -> Vocabularies | None:
+    """The vocabularies an export names raw values with.
 
-    From the model's vocabulary; a model without one falls back to the preprocessed data's
-    vocabulary files when they still exist, else to the ids themselves.
+    The model's; a model without them falls back to those of the data ``schema`` was written
+    with, while its files exist (:func:`~ssl_rec.vocab.schema_vocabularies`), else ``None``.
     """
     if backbone.vocabulary is not None:
-        return np.asarray(backbone.vocabulary.id_values(field).to_pylist(), dtype=str)
-    vocab_dir = schema.metadata.get("vocab_dir")
-    if vocab_dir and Path(vocab_dir, f"{field}.arrow").is_file():
-        return np.asarray(load_vocabulary(schema, field), dtype=str)
+        return backbone.vocabulary
+    return schema_vocabularies(schema)
+
+
+def entity_values(
+    vocabularies: Vocabularies | None, schema: FeatureSchema, field: str
+) -> np.ndarray:
+    """Raw value of each id of ``field`` (``str[card]``; id 0 = ``"<missing>"``).
+
+    From ``vocabularies`` (:func:`export_vocabularies`); without them, the ids themselves.
+    """
+    if vocabularies is not None:
+        return np.asarray(vocabularies.id_values(field).to_pylist(), dtype=str)
     return np.arange(schema.field(field).cardinality).astype(str)
 
 
@@ -115,6 +136,17 @@ def entity_ids(values: np.ndarray) -> np.ndarray:
     """``int64[n]`` ids worth indexing: not the reserved id 0, not an unused hash bucket."""
     ids = np.arange(len(values), dtype=np.int64)
     return ids[(ids != MISSING_ID) & (values != UNUSED_VALUE)]
+
+
+def _checkpoint_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a checkpoint file (of a sharded checkpoint directory: of its files' listing).
+
+    The listing is the sorted JSON of every file's ``sha256:<hex>`` by name.
+    """
+    if not os.path.isdir(path):
+        return file_sha256(path)
+    listing = json.dumps(directory_checksums(path, algorithm="sha256"), sort_keys=True)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def export_embeddings(
@@ -161,13 +193,18 @@ def export_embeddings(
         schema.field(name)
     if not fields and not representations:
         raise ValueError("export_embeddings: nothing to export (no fields and no representations)")
+    clash = [f"split_{split}" for split in representations or {} if f"split_{split}" in fields]
+    if clash:
+        raise ValueError(f"export_embeddings: fields {clash} have the set names of the "
+                         "representation sets; export them and the split separately")  # fmt: skip
     source = None
     if checkpoint is not None:
-        source = {"path": os.path.basename(checkpoint), "sha256": file_sha256(checkpoint)}
+        source = {"path": os.path.basename(checkpoint), "sha256": _checkpoint_sha256(checkpoint)}
+    vocabularies = export_vocabularies(backbone, schema)
     with atomic_directory(out, overwrite=overwrite) as tmp:
         sets: dict[str, VectorSet] = {}
         for name in fields:
-            sets[name] = _write_entities(tmp, model, backbone, schema, name, config, progress)
+            sets[name] = _write_entities(tmp, model, vocabularies, schema, name, config, progress)
         for split, reps in (representations or {}).items():
             name = f"split_{split}"
             sets[name] = _write_set(
@@ -180,10 +217,11 @@ def export_embeddings(
                 progress,
             )
         vocabulary = None
-        if backbone.vocabulary is not None:
-            vocabulary = backbone.vocabulary.save(tmp / VOCABULARY_FILENAME).name
+        if vocabularies is not None:
+            vocabulary = vocabularies.save(tmp / VOCABULARY_FILENAME).name
         manifest = Manifest(schema.to_dict(), config.metric, config.precision, config.normalize,
-                            sets, source, vocabulary=vocabulary)  # fmt: skip
+                            sets, source, vocabulary=vocabulary,
+                            checksums=directory_checksums(tmp, [MANIFEST_FILENAME]))  # fmt: skip
         atomic_write_json(tmp / MANIFEST_FILENAME, manifest.to_dict())
     return Path(out)
 
@@ -191,18 +229,19 @@ def export_embeddings(
 def _write_entities(
     tmp: Path,
     model: nn.Module,
-    backbone: BackboneProtocol,
+    vocabularies: Vocabularies | None,
     schema: FeatureSchema,
     name: str,
     config: IndexConfig,
     progress: bool,
 ) -> VectorSet:
-    values = entity_values(backbone, schema, name)
+    values = entity_values(vocabularies, schema, name)
     ids = entity_ids(values)
     if len(ids) == 0:
         raise ValueError(f"field {name!r} has no entity besides the reserved id 0 to export")
     vectors = entity_vectors(model, name, len(values), progress)[ids]
-    stub = VectorSet(name, "entity", 0, 0, {"ids": f"{name}.ids.npy"}, {}, field=name)
+    ids_file = f"{safe_file_name(name)}.ids.npy"
+    stub = VectorSet(name, "entity", 0, 0, {"ids": ids_file}, {}, field=name)
     np.save(tmp / stub.files["ids"], ids)
     written = _write_set(tmp, stub, vectors, values[ids], None, config, progress)
     written.index["excluded_ids"] = {"missing": 1, "unused": len(values) - len(ids) - 1}
@@ -223,19 +262,20 @@ def _write_set(
         faiss.normalize_L2(vectors)
     n, dim = vectors.shape
     codes, quantizer = encode_vectors(vectors, config.precision)
+    stem = safe_file_name(stub.name)
     files = {
         **stub.files,
-        "vectors": f"{stub.name}.vectors.npy",
-        "keys": f"{stub.name}.keys.npy",
-        "index": f"{stub.name}.faiss",
+        "vectors": f"{stem}.vectors.npy",
+        "keys": f"{stem}.keys.npy",
+        "index": f"{stem}.faiss",
     }
     np.save(tmp / files["vectors"], codes)
     np.save(tmp / files["keys"], keys, allow_pickle=False)
     if quantizer is not None:
-        files["quantizer"] = f"{stub.name}.quantizer.npy"
+        files["quantizer"] = f"{stem}.quantizer.npy"
         np.save(tmp / files["quantizer"], quantizer)
     if labels is not None:
-        files["labels"] = f"{stub.name}.labels.npy"
+        files["labels"] = f"{stem}.labels.npy"
         np.save(tmp / files["labels"], np.asarray(labels, np.float32))
     factory = resolve_factory(config.index, n, dim, config.precision)
     if progress:
@@ -245,7 +285,7 @@ def _write_set(
     )
     if note:
         log.warning("set %s: %s", stub.name, note)
-    faiss.write_index(index, str(tmp / files["index"]))
+    write_faiss_index(index, tmp / files["index"])
     info = {
         "requested": config.index,
         "factory": built,

@@ -16,7 +16,9 @@ The ``auto`` index is exact ``Flat`` below :data:`AUTO_FLAT_MAX` vectors and oth
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import re
 from typing import Literal
 
@@ -227,3 +229,22 @@ def _ivf_of(index: faiss.Index) -> faiss.IndexIVF | None:
         return faiss.extract_index_ivf(index)
     except RuntimeError:
         return None
+
+
+def write_faiss_index(index: faiss.Index, path: str | os.PathLike[str]) -> None:
+    """``faiss.write_index`` whose full disk or quota is an ``OSError`` with its errno.
+
+    FAISS reports a failed write as a ``RuntimeError`` (its message ends with the system's
+    reason), which the atomic writers would not recognise as a full disk.
+
+    Raises:
+        OSError: ``ENOSPC`` or ``EDQUOT`` naming ``path`` when the device or quota is full.
+
+    """
+    try:
+        faiss.write_index(index, str(path))
+    except RuntimeError as e:
+        for code in (errno.ENOSPC, errno.EDQUOT):
+            if f"({os.strerror(code)})" in str(e):
+                raise OSError(code, os.strerror(code), str(path)) from e
+        raise

@@ -1,18 +1,19 @@
 """The export manifest: what an export directory holds, and the checks made when reading it.
 
 ``manifest.json`` is the one file a reader trusts; it names every other file, so a
-directory without a valid manifest (an interrupted or foreign export) never loads.
+directory without a valid manifest (an interrupted or foreign export) never loads. It
+records every other file's CRC-32 (``checksums``), checked as each file is read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ssl_rec._io import file_checksum, verify_file
 from ssl_rec.evaluation.faiss_index import check_metric, check_precision
 
 MANIFEST_FILENAME = "manifest.json"
@@ -62,6 +63,8 @@ class Manifest:
         source_checkpoint: ``{"path", "sha256"}`` of the checkpoint, or ``None``.
         vocabulary: file holding the model's vocabularies (``vocabulary.arrow``), or ``None``
             for a model without one.
+        checksums: file name -> ``"crc32:<hex>"`` of every other file of the export, or
+            ``None`` for an export written before checksums (read unchecked).
         format_version: :data:`FORMAT_VERSION` of the writer.
 
     """
@@ -73,6 +76,7 @@ class Manifest:
     sets: dict[str, VectorSet]
     source_checkpoint: dict[str, str] | None = None
     vocabulary: str | None = None
+    checksums: dict[str, str] | None = None
     format_version: int = FORMAT_VERSION
     format: str = field(default=FORMAT_NAME)
 
@@ -107,6 +111,7 @@ class Manifest:
                 sets=sets,
                 source_checkpoint=data.get("source_checkpoint"),
                 vocabulary=data.get("vocabulary"),
+                checksums=_checksums(data.get("checksums"), where),
             )
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from e
@@ -130,11 +135,30 @@ class Manifest:
             raise ValueError(f"{path}: corrupt manifest, not valid JSON ({e})") from e
         return cls.from_dict(data, where=str(path))
 
+    def verify(self, directory: str | os.PathLike[str], name: str) -> None:
+        """Check file ``name`` of the export in ``directory`` against its recorded checksum.
+
+        Raises:
+            ChecksumError: a ``ValueError`` naming the file when its bytes changed, or when
+                the manifest records checksums but not this file.
+
+        """
+        if self.checksums is None:
+            return
+        path = Path(directory) / name
+        if name not in self.checksums:
+            raise ValueError(f"{path}: not among the files {MANIFEST_FILENAME} has checksums of")
+        verify_file(path, self.checksums[name], "export the checkpoint again (ssl-rec export)")
+
+
+def _checksums(value: Any, where: str) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{where}: malformed manifest (checksums must map file names to strings)")
+    return dict(value)
+
 
 def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of a file, read in ``chunk``-byte blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_checksum(path, "sha256", chunk).partition(":")[2]

@@ -77,7 +77,9 @@ def compute_representations(
     vectors, row_ids, labels = [], [], []
     seen = 0
     try:
-        for batch in tqdm(batches, desc="representations", disable=not progress, unit="batch"):
+        # disable=None: a bar on a terminal only, never redrawn into a log file.
+        shown = None if progress else True
+        for batch in tqdm(batches, desc="representations", disable=shown, unit="batch"):
             pooled = backbone(batch).pooled.float().cpu().numpy()
             n = len(pooled)
             ids = (

@@ -18,7 +18,7 @@ import torch
 
 from ssl_rec.hardware import huge_pages
 from ssl_rec.hardware.buffer_epoch import TracksReplacement
-from ssl_rec.hardware.kernels.layout import CACHE_WAYS, EMPTY_TAG
+from ssl_rec.hardware.kernels.table_meta import CACHE_WAYS, EMPTY_TAG
 from ssl_rec.hardware.spec import TableSpec
 
 TAG_LIMIT = 32767

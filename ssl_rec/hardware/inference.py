@@ -12,7 +12,7 @@ import torch
 
 from ssl_rec.hardware.kernels.compiled import CompiledKernels
 from ssl_rec.hardware.kernels.dispatch import get_kernels
-from ssl_rec.hardware.kernels.layout import TableTensors, uncached_tables
+from ssl_rec.hardware.kernels.table_meta import TableTensors, uncached_tables
 
 __all__ = ["CompiledKernels", "TableTensors", "quantized_bag_lookup", "serving_kernels",
            "uncached_tables"]  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ssl_rec.hardware.cache import cache_geometry, cache_metadata_bytes
-from ssl_rec.hardware.kernels.layout import CACHE_WAYS
+from ssl_rec.hardware.kernels.table_meta import CACHE_WAYS
 from ssl_rec.hardware.spec import TableSpec
 
 KEYS: tuple[str, ...] = (

@@ -5,7 +5,7 @@ Integer formats are FBGEMM's fused row-wise asymmetric rows (the layout of
 uint8 row holds the packed values (low bits first), then the row's scale and bias, FP32
 for 8-bit and FP16 for 4/2-bit. Float formats are plain ``[R, D]`` tensors of their dtype.
 The compiled kernels number the formats by :attr:`Precision.code` (``enum Kind`` in
-``kernels/csrc/row_format.cpp``; a test checks that both sides agree).
+``kernels/csrc/common.h``; a test checks that both sides agree).
 """
 
 from __future__ import annotations

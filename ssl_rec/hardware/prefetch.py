@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from ssl_rec.hardware.kernels.layout import Plan
+from ssl_rec.hardware.kernels.table_meta import AdmittedBatch
 
 __all__ = ["AdmissionQueue"]
 
@@ -31,10 +32,10 @@ class AdmissionQueue:
 
     def __init__(self, max_pending: int = 2) -> None:
         self.max_pending = max_pending
-        self.pending: list[Plan] = []
+        self.pending: list[AdmittedBatch] = []
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._ahead: tuple[torch.Tensor, Plan] | None = None
+        self._ahead: tuple[torch.Tensor, AdmittedBatch] | None = None
         self.used = 0
         self.discarded = 0
 
@@ -54,16 +55,18 @@ class AdmissionQueue:
             err, self._error = self._error, None
             raise err
 
-    def add_pending(self, plan: Plan) -> None:
+    def add_pending(self, plan: AdmittedBatch) -> None:
         """Record an admitted plan whose backward has not run yet."""
         self.pending.append(plan)
         del self.pending[: -self.max_pending]
 
-    def done(self, plan: Plan) -> None:
+    def done(self, plan: AdmittedBatch) -> None:
         """The plan's backward ran: its rows are no longer locked."""
         self.pending = [p for p in self.pending if p is not plan]
 
-    def start(self, ids: torch.Tensor, admit: Callable[[], Plan], background: bool) -> None:
+    def start(
+        self, ids: torch.Tensor, admit: Callable[[], AdmittedBatch], background: bool
+    ) -> None:
         """Admit ``ids`` ahead with ``admit()``, on a helper thread if ``background``."""
         self.wait()
         self.discard()
@@ -84,7 +87,7 @@ class AdmissionQueue:
         self._thread = threading.Thread(target=run, name="ssl_rec-admission", daemon=True)
         self._thread.start()
 
-    def take(self, ids: torch.Tensor) -> Plan | None:
+    def take(self, ids: torch.Tensor) -> AdmittedBatch | None:
         """The plan admitted ahead for exactly these ids, else None (and it is dropped)."""
         self.wait()
         if self._ahead is None:
@@ -97,6 +100,28 @@ class AdmissionQueue:
         self.done(plan)
         self.discarded += 1
         return None
+
+    def ahead_state(self) -> dict[str, Any] | None:
+        """The plan admitted ahead, its ids and the pending plans, as plain tensors.
+
+        What a checkpoint written between an admission ahead and its forward needs, so the
+        resumed forward uses the same plan (``None``: nothing admitted ahead).
+        """
+        self.wait()
+        if self._ahead is None:
+            return None
+        ids, plan = self._ahead
+        index = next((i for i, p in enumerate(self.pending) if p is plan), None)
+        return {"ids": ids, "plan": plan._asdict(), "pending_index": index,
+                "pending": [p._asdict() for p in self.pending]}  # fmt: skip
+
+    def restore_ahead(self, state: dict[str, Any]) -> None:
+        """Take back an :meth:`ahead_state`: its plan is used by the forward of its ids."""
+        self.wait()
+        pending = [AdmittedBatch(**p) for p in state["pending"]]
+        index = state["pending_index"]
+        plan = AdmittedBatch(**state["plan"]) if index is None else pending[index]
+        self.pending, self._ahead = pending, (state["ids"], plan)
 
     def discard(self) -> None:
         """Forget a plan admitted ahead that no forward used (its rows stay cached)."""

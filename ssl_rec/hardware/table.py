@@ -18,7 +18,7 @@ import torch
 from ssl_rec.hardware import huge_pages
 from ssl_rec.hardware.buffer_epoch import TracksReplacement
 from ssl_rec.hardware.cache import RowCache
-from ssl_rec.hardware.kernels.layout import MAX_ADMISSION, OPTIMIZER_CODES, POLICY_CODES
+from ssl_rec.hardware.kernels.table_meta import MAX_ADMISSION, OPTIMIZER_CODES, POLICY_CODES
 from ssl_rec.hardware.memory import table_memory
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.spec import TableSpec

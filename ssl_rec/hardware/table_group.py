@@ -23,7 +23,7 @@ from torch import nn
 from ssl_rec.hardware import buffer_epoch
 from ssl_rec.hardware.kernels.compiled import CompiledKernels
 from ssl_rec.hardware.kernels.dispatch import get_kernels, require_training_kernels
-from ssl_rec.hardware.kernels.layout import Plan, TableTensors
+from ssl_rec.hardware.kernels.table_meta import AdmittedBatch, TableTensors
 from ssl_rec.hardware.memory import summarize
 from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.prefetch import AdmissionQueue
@@ -183,8 +183,8 @@ class TableGroup(nn.Module):
             return require_training_kernels("low-precision embedding tables")
         return get_kernels()
 
-    def admit(self, ids: torch.Tensor, parallel: bool = True) -> Plan:
-        """Admit ids int64[B, T] into the caches now: the :class:`Plan` of the batch.
+    def admit(self, ids: torch.Tensor, parallel: bool = True) -> AdmittedBatch:
+        """Admit ids int64[B, T] into the caches now: the :class:`AdmittedBatch` of the batch.
 
         Rows of plans still waiting for their backward stay cached (locked).
         """
@@ -214,7 +214,7 @@ class TableGroup(nn.Module):
             list(self.queue.pending),
         )
 
-        def admit() -> Plan:
+        def admit() -> AdmittedBatch:
             return kernels.admit(tensors, ids, self.seed, step, locks, not background)
 
         self.queue.start(ids, admit, background)
@@ -233,7 +233,7 @@ class TableGroup(nn.Module):
         self.check_ids(ids)
         return ids
 
-    def gather(self, plan: Plan) -> torch.Tensor:
+    def gather(self, plan: AdmittedBatch) -> torch.Tensor:
         """Values of a pending (admitted, not yet updated) plan: float32[B, T, D].
 
         Runs beside an admission in flight: it reads only the plan's locked slots and store
@@ -242,7 +242,7 @@ class TableGroup(nn.Module):
         kernels = get_kernels()
         return kernels.gather(self._kernel_view(kernels), plan)
 
-    def apply_update(self, plan: Plan, grad: torch.Tensor) -> None:
+    def apply_update(self, plan: AdmittedBatch, grad: torch.Tensor) -> None:
         """Fused optimizer step for gradient float32[B, T, D] of the output of ``plan``."""
         self.wait()
         self.queue.done(plan)

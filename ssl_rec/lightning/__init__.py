@@ -1,7 +1,7 @@
 """LightningModules and callbacks composing backbones, objectives and heads."""
 
 from ssl_rec.lightning.callbacks import MetricsJSON
-from ssl_rec.lightning.checkpoint import (
+from ssl_rec.lightning.checkpoint_loading import (
     load_backbone_weights,
     load_module,
     read_checkpoint,
@@ -12,6 +12,7 @@ from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.lightning.knn_probe_callback import KNNProbeCallback
 from ssl_rec.lightning.pretrain_module import PretrainModule
 from ssl_rec.lightning.quantization_monitor import QuantizationMonitor
+from ssl_rec.lightning.retrieval_module import RetrievalModule
 from ssl_rec.lightning.strategy import ShardedTablesStrategy, refuse_unsharded_tables
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "MetricsJSON",
     "PretrainModule",
     "QuantizationMonitor",
+    "RetrievalModule",
     "ShardedTablesStrategy",
     "load_backbone_weights",
     "load_module",

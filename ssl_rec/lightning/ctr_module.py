@@ -7,7 +7,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from ssl_rec.lightning.checkpoint import load_backbone_weights
+from ssl_rec.lightning.checkpoint_loading import load_backbone_weights
 from ssl_rec.lightning.module_config import BackboneFactory, backbone_factory, module_hparams
 from ssl_rec.lightning.standalone import StandaloneModule
 from ssl_rec.metrics import ctr_metrics
@@ -50,9 +50,13 @@ class CTRModule(StandaloneModule):
             smaller value fine-tunes pretrained embeddings gently.
 
     Example:
-        >>> from functools import partial  # doctest: +SKIP
-        >>> factory = partial(Backbone, embedding_dim=16)  # doctest: +SKIP
-        >>> module = CTRModule(factory, schema.to_dict())  # doctest: +SKIP
+        >>> from functools import partial
+        >>> from ssl_rec.models import Backbone
+        >>> from ssl_rec.schema import CategoricalField, FeatureSchema
+        >>> schema = FeatureSchema(["price"], [CategoricalField("user", 10)], "label")
+        >>> module = CTRModule(partial(Backbone, embedding_dim=16), schema.to_dict())
+        >>> module.hparams.backbone["class_path"]
+        'ssl_rec.models.backbone.Backbone'
         >>> CTRModule.load_from_checkpoint("runs/ctr/checkpoints/last.ckpt")  # doctest: +SKIP
 
     """

@@ -12,9 +12,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 
-from ssl_rec.evaluation.predictions import prediction_format, write_predictions
+from ssl_rec.evaluation.predictions import key_columns, prediction_format, write_predictions
 
-PREDICT_SPLIT = "test"
 log = logging.getLogger(__name__)
 
 
@@ -22,8 +21,10 @@ class PredictionWriter(BasePredictionWriter):
     """Write the predictions of ``trainer.predict`` in input order, keyed by input columns.
 
     The data module's predict loader yields its ``test`` split in file order; each
-    prediction carries its ``row_id``, so the file has one row per input row, in order:
-    ``row``, the ``keys`` columns read back from the input (``datamodule.raw_columns``),
+    prediction carries its ``row_id``, so the file has one row per input row, in order, in
+    the one schema of :mod:`ssl_rec.evaluation.predictions` (a quantized model's
+    predictions have the same): ``row``, the ``keys`` columns read back from the input
+    (``datamodule.raw_columns``, read before scoring, so a wrong key fails early),
     ``label`` when the input has one, and ``probability``.
 
     Args:
@@ -33,7 +34,9 @@ class PredictionWriter(BasePredictionWriter):
 
     Example:
         >>> writer = PredictionWriter("pred.csv", keys=["user"])
-        >>> trainer = pl.Trainer(callbacks=[writer])  # doctest: +SKIP
+        >>> writer.out, writer.keys
+        ('pred.csv', ['user'])
+        >>> trainer = pl.Trainer(callbacks=[writer], logger=False)  # doctest: +SKIP
         >>> trainer.predict(model, datamodule=dm, return_predictions=False)  # doctest: +SKIP
 
     """
@@ -44,6 +47,13 @@ class PredictionWriter(BasePredictionWriter):
             prediction_format(out)
         self.out, self.keys = out, list(keys or [])
         self.written: Path | None = None
+        self._key_table: Any = None
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Read the key columns before scoring: a key the input lacks stops the run now."""
+        self._key_table = None
+        if self.keys and trainer.global_rank == 0:
+            self._key_table = key_columns(trainer.datamodule, self.keys)
 
     def write_on_epoch_end(
         self,
@@ -70,9 +80,7 @@ class PredictionWriter(BasePredictionWriter):
                 "predict over a whole split (no limit_predict_batches)"
             )
         label = _cat(outputs, "label")[order] if "label" in outputs[0] else None
-        keys = None
-        if self.keys:
-            keys = trainer.datamodule.raw_columns(PREDICT_SPLIT, self.keys)
+        keys, self._key_table = self._key_table, None
         out = self.out or str(Path(trainer.default_root_dir) / "predictions.parquet")
         self.written = write_predictions(out, probability[order], keys, label)
         log.info("wrote %d predictions to %s", len(order), self.written)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ssl_rec.lightning.finite_checks import check_finite_loss
 from ssl_rec.lightning.module_config import (
     BackboneFactory,
     backbone_factory,
@@ -51,9 +52,15 @@ class PretrainModule(StandaloneModule):
             optimizers on the manual path, where the Trainer's clipping is unavailable.
 
     Example:
-        >>> from functools import partial  # doctest: +SKIP
-        >>> module = PretrainModule(partial(Backbone, embedding_dim=16),  # doctest: +SKIP
+        >>> from functools import partial
+        >>> from ssl_rec.models import Backbone
+        >>> from ssl_rec.objectives import MaskedFeaturePrediction
+        >>> from ssl_rec.schema import CategoricalField, FeatureSchema
+        >>> schema = FeatureSchema(["price"], [CategoricalField("user", 10)], None)
+        >>> module = PretrainModule(partial(Backbone, embedding_dim=16),
         ...                         {"mfp": MaskedFeaturePrediction()}, schema=schema.to_dict())
+        >>> list(module.objectives)
+        ['mfp']
 
     """
 
@@ -97,8 +104,7 @@ class PretrainModule(StandaloneModule):
         total = 0.0
         for name, objective in self.objectives.items():
             out = objective(batch, self.backbone)
-            if not torch.isfinite(out.loss):
-                raise FloatingPointError(f"objective {name!r} gave a non-finite loss {out.loss}")
+            check_finite_loss(out.loss, f"the {stage} loss of objective {name!r}", self.global_step)
             total = total + self.objective_weights[name] * out.loss
             self._log(stage, name, out.logs, batch.batch_size)
         self.log(f"{stage}/loss", total, prog_bar=True, batch_size=batch.batch_size)
@@ -130,6 +136,8 @@ class PretrainModule(StandaloneModule):
                 continue
             self.toggle_optimizer(generator_opt)
             out = objective.generator_loss(batch, self.backbone)
+            what = f"the generator loss of objective {name!r}"
+            check_finite_loss(out.loss, what, self.global_step)
             generator_opt.zero_grad()
             self.manual_backward(out.loss)
             self._clip(generator_opt)

@@ -47,6 +47,8 @@ class QuantizationMonitor(pl.Callback):
         stop_on_breach: stop training when the NE change is past the budget.
 
     Example:
+        >>> QuantizationMonitor().budget_ne  # every table INT8, every layer bfloat16
+        0.001
         >>> monitor = QuantizationMonitor("runs/quantized")  # doctest: +SKIP
 
     """

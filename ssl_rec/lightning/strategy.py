@@ -5,7 +5,10 @@ model, replaces every ``MixedPrecisionEmbeddingCollection`` with its sharded twi
 TorchRec's ``shard_modules`` (plan from :mod:`ssl_rec.distributed.planner`), on a process
 group of its own. The sharded tables are not DDP's business: they hold no parameters or
 buffers DDP could see. Checkpoints are torch.distributed.checkpoint directories that every
-rank writes; they load on any number of ranks (resharded) or in one process.
+rank writes into a staging directory that rank 0 then swaps into place with the library's
+manifest (:mod:`ssl_rec.distributed.dcp_checkpoint`); they load on any number of ranks
+(resharded) or in one process. A torchrun worker running this strategy ends when its
+launcher dies (:func:`ssl_rec.distributed.launcher.follow_launcher`).
 
 Plain multi-process strategies would keep one full copy of the tables per rank, each updated
 by its own samples only (the fused optimizer runs in backward, outside DDP), and DDP's buffer
@@ -25,8 +28,13 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 from torch import nn
 
-from ssl_rec.distributed.checkpoint import load_distributed_checkpoint, save_distributed_checkpoint
+from ssl_rec.distributed.dcp_checkpoint import (
+    load_distributed_checkpoint,
+    remove_stale_staging,
+    save_distributed_checkpoint,
+)
 from ssl_rec.distributed.grad_hooks import GRADIENT_PRECISIONS, gradient_hook
+from ssl_rec.distributed.launcher import follow_launcher
 from ssl_rec.distributed.planner import SHARDING_CHOICES, plan_collection, read_plan_file
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 
@@ -56,7 +64,7 @@ def refuse_unsharded_tables(trainer: pl.Trainer, module: nn.Module) -> None:
         "every process its own copy of the embedding tables, each trained on its own samples "
         "(the fused optimizer runs outside DDP) and broadcast by DDP as buffers; use "
         "ssl_rec.lightning.ShardedTablesStrategy (e.g. --trainer.strategy "
-        "configs/dist/strategy_table_wise.yaml), which shards the tables across processes"
+        "configs/common/strategy/table_wise.yaml), which shards the tables across processes"
     )
 
 
@@ -103,6 +111,7 @@ class ShardedTablesStrategy(DDPStrategy):
             )
         if plan_file is not None and not os.path.isfile(plan_file):
             raise FileNotFoundError(f"ShardedTablesStrategy.plan_file not found: {plan_file}")
+        follow_launcher()
         # Objectives leave some dense parameters out of some losses (e.g. [MASK] tokens in CTR).
         super().__init__(find_unused_parameters=True)
         self.sharding, self.plan_file = sharding, plan_file
@@ -118,7 +127,15 @@ class ShardedTablesStrategy(DDPStrategy):
         return True
 
     def setup(self, trainer: pl.Trainer) -> None:
-        """Shard the tables, then let DDP wrap what is left (dense layers)."""
+        """Shard the tables, then let DDP wrap what is left (dense layers).
+
+        Rank 0 first removes the staging directories killed saves left in the checkpoint
+        directories (before this run's first save).
+        """
+        if self.is_global_zero:
+            for callback in trainer.checkpoint_callbacks:
+                if getattr(callback, "dirpath", None):
+                    remove_stale_staging(callback.dirpath)
         self._shard_tables()
         super().setup(trainer)
 
@@ -164,7 +181,10 @@ class ShardedTablesStrategy(DDPStrategy):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], filepath, storage_options: Any = None
     ) -> None:
-        """Every rank writes its table blocks to the directory ``filepath`` (DCP)."""
+        """Collective: every rank writes its table blocks; ``filepath`` is replaced whole.
+
+        A failed or killed save leaves the previous checkpoint at ``filepath`` (or nothing).
+        """
         save_distributed_checkpoint(checkpoint, filepath)
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:

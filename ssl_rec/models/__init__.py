@@ -7,6 +7,7 @@ from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.models.heads import CTRHead
 from ssl_rec.models.mlp import MLP
+from ssl_rec.models.two_tower import TowerEncoder, TwoTowerModel, tower_schema
 
 __all__ = [
     "MLP",
@@ -19,6 +20,9 @@ __all__ = [
     "DotInteraction",
     "FMInteraction",
     "FieldEmbedding",
+    "TowerEncoder",
+    "TwoTowerModel",
     "as_schema",
     "ema_update",
+    "tower_schema",
 ]

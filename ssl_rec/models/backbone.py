@@ -18,7 +18,7 @@ from ssl_rec.models.dlrm import DLRMEncoder
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import BackboneDims, Batch, Representation
-from ssl_rec.vocabularies import Vocabularies
+from ssl_rec.vocab import Vocabularies
 
 EncoderFactory = Callable[[int, int, int], nn.Module]
 _TABLES = "embedding.tables."

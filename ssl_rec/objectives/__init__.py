@@ -8,10 +8,12 @@ from ssl_rec.objectives.adversarial_feature_replacement import AdversarialFeatur
 from ssl_rec.objectives.base import Objective
 from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
 from ssl_rec.objectives.info_nce import InfoNCE
+from ssl_rec.objectives.item_frequency import StreamingItemFrequency, counts_log_q
 from ssl_rec.objectives.masked_dense_reconstruction import MaskedDenseReconstruction
 from ssl_rec.objectives.masked_feature_prediction import MaskedFeaturePrediction
 from ssl_rec.objectives.momentum_contrast import MomentumContrast
 from ssl_rec.objectives.replaced_feature_detection import ReplacedFeatureDetection
+from ssl_rec.objectives.sampled_softmax import SampledSoftmax, mixed_log_q
 
 __all__ = [
     "AdversarialFeatureReplacement",
@@ -22,5 +24,9 @@ __all__ = [
     "Objective",
     "ProjectionHead",
     "ReplacedFeatureDetection",
+    "SampledSoftmax",
+    "StreamingItemFrequency",
+    "counts_log_q",
+    "mixed_log_q",
     "nt_xent",
 ]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from ssl_rec.models.mlp import MLP
@@ -83,7 +84,8 @@ class FieldGenerator(nn.Module):
     ) -> Proposal:
         """Score candidates for the ``True`` positions of ``field_mask bool[B, F]``."""
         b, n_fields, dim = emb.shape
-        query = self.mlp(torch.cat([masked_emb.flatten(1), dense], 1)).view(b, n_fields, dim)
+        flat = torch.cat([rearrange(masked_emb, "b f d -> b (f d)"), dense], 1)
+        query = rearrange(self.mlp(flat), "b (f d) -> b f d", f=n_fields, d=dim)
         rows, fields = field_mask.nonzero(as_tuple=True)
         c = min(self.num_candidates, b)
         logits = candidate_logits(
@@ -115,7 +117,7 @@ class ReplacementDiscriminator(nn.Module):
 
     def forward(self, pooled: torch.Tensor, field_emb: torch.Tensor) -> torch.Tensor:
         """Return the replacement logits."""
-        return self.mlp(torch.cat([pooled, field_emb.flatten(1)], 1))
+        return self.mlp(torch.cat([pooled, rearrange(field_emb, "b f d -> b (f d)")], 1))
 
 
 def replacement_heads(

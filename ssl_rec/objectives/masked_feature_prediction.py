@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from ssl_rec._checks import check_at_least, check_positive
@@ -33,8 +34,15 @@ class MaskedFeaturePrediction(Objective):
         temperature: temperature of the cosine scores of large fields (> 0).
 
     Example:
-        >>> objective = MaskedFeaturePrediction(View(RandomFieldMask(0.3)))  # doctest: +SKIP
-        >>> objective.setup(backbone); objective(batch, backbone).loss  # doctest: +SKIP
+        >>> from ssl_rec.models import Backbone
+        >>> from ssl_rec.schema import CategoricalField, FeatureSchema
+        >>> fields = [CategoricalField("user", 10), CategoricalField("item", 20)]
+        >>> backbone = Backbone(FeatureSchema(["price"], fields, "label"), embedding_dim=8)
+        >>> batch = Batch(torch.rand(4, 1), torch.randint(1, 10, (4, 2)), None)
+        >>> objective = MaskedFeaturePrediction(View(RandomFieldMask(0.3)))
+        >>> objective.setup(backbone)
+        >>> objective(batch, backbone).loss.shape  # a scalar to minimise
+        torch.Size([])
 
     """
 
@@ -78,7 +86,7 @@ class MaskedFeaturePrediction(Objective):
         # pooled vector and of the embeddings: otherwise both grow during pretraining and
         # the inflated activations stall fine-tuning (row-wise Adagrad state explodes).
         pooled = F.layer_norm(out.rep.pooled, out.rep.pooled.shape[-1:])
-        query = self.query(pooled).view(b, n_fields, -1)
+        query = rearrange(self.query(pooled), "b (f d) -> b f d", f=n_fields)
         total, correct = query.sum() * 0.0, query.new_zeros(())
         for classifier, f in zip(self.classifiers, self.small_fields, strict=True):
             rows = out.field_mask[:, f].nonzero().squeeze(1)

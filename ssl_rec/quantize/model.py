@@ -2,14 +2,13 @@
 
 :class:`FloatCTR` holds what post-training quantization starts from (FP32 table weights,
 the dense part, how to rebuild it); :class:`ModelBuilder` turns a
-:class:`~ssl_rec.quantize.plan.QuantizationPlan` into an :class:`InferenceCTRModel`,
+:class:`~ssl_rec.quantize.quantization_plan.QuantizationPlan` into an :class:`InferenceCTRModel`,
 reusing each table and layer it has already converted (the search builds hundreds).
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ssl_rec.class_paths import check_class_paths, resolve_class
 from ssl_rec.hardware import Precision, quantize_rows, serving_kernels
 from ssl_rec.models import Backbone, CTRHead
 from ssl_rec.quantize.dense import (
@@ -27,7 +27,7 @@ from ssl_rec.quantize.dense import (
     tensor_bytes,
 )
 from ssl_rec.quantize.fused import dlrm_logits, fusable
-from ssl_rec.quantize.plan import QuantizationPlan, Unit
+from ssl_rec.quantize.quantization_plan import QuantizationPlan, Unit
 from ssl_rec.quantize.tables import QuantizedTables
 from ssl_rec.schema import FeatureSchema
 
@@ -68,14 +68,10 @@ class Architecture:
 
     def build(self, schema: FeatureSchema) -> DenseCTR:
         """An FP32 dense part with fresh weights (load a state into it)."""
-        module_name, _, name = str(self.encoder.get("class_path", "")).rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise ValueError(
-                f"encoder class_path {self.encoder.get('class_path')!r} cannot be imported ({e})"
-            ) from e
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        where = "the model's architecture"  # a manifest was checked with its file name
+        check_class_paths(self.encoder, where, "encoder")
+        cls = resolve_class(self.encoder.get("class_path"), where, "encoder.class_path")
+        if not issubclass(cls, nn.Module):
             raise ValueError(f"encoder class_path {self.encoder['class_path']!r} is not a module")
         init_args = dict(self.encoder.get("init_args") or {})
         encoder = cls(schema.n_fields, schema.n_dense, self.embedding_dim, **init_args)

@@ -1,8 +1,8 @@
 """Greedy sensitivity search: the smallest model whose NE stays within a budget of FP32's.
 
 Every table and dense layer starts in FP32 and may descend its ladder
-(:mod:`ssl_rec.quantize.plan`) one rung at a time. The *sensitivity* of a rung is the NE
-change when that unit alone takes it (everything else FP32). Moves are taken in order of
+(:mod:`ssl_rec.quantize.quantization_plan`) one rung at a time. The *sensitivity* of a rung is
+the NE change when that unit alone takes it (everything else FP32). Moves are taken in order of
 sensitivity per byte saved, each measured on the calibration rows together with every move
 accepted before it: a move is kept when the NE of the whole model stays within the budget,
 otherwise undone, and that unit descends no further. A rung whose sensitivity alone exceeds
@@ -29,7 +29,7 @@ from ssl_rec.hardware import Precision, serving_kernels
 from ssl_rec.models import DotInteraction
 from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, dense_layers
 from ssl_rec.quantize.model import ModelBuilder
-from ssl_rec.quantize.plan import (
+from ssl_rec.quantize.quantization_plan import (
     DENSE_LADDER,
     INTERACTION_LADDER,
     TABLE_LADDER,

@@ -45,8 +45,16 @@ class View(RecordsConfig, nn.Module):
         seed: seed of this view's ``torch.Generator`` (views are reproducible run to run).
 
     Example:
-        >>> view = View(RandomFieldMask(0.3), [IdDropout(0.1)], seed=0)  # doctest: +SKIP
-        >>> out = view(batch, backbone)  # doctest: +SKIP
+        >>> from ssl_rec.models import Backbone
+        >>> from ssl_rec.schema import CategoricalField, FeatureSchema
+        >>> from ssl_rec.views import IdDropout, RandomFieldMask
+        >>> fields = [CategoricalField("user", 10), CategoricalField("item", 20)]
+        >>> backbone = Backbone(FeatureSchema(["price"], fields, "label"), embedding_dim=8)
+        >>> batch = Batch(torch.rand(4, 1), torch.randint(1, 10, (4, 2)), torch.zeros(4))
+        >>> view = View(RandomFieldMask(0.3), [IdDropout(0.1)], seed=0)
+        >>> out = view(batch, backbone)
+        >>> out.field_mask.shape, out.rep.field_emb.shape
+        (torch.Size([4, 2]), torch.Size([4, 2, 8]))
 
     """
 

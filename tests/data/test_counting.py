@@ -5,7 +5,7 @@ import pytest
 from ssl_rec.data import counting
 from ssl_rec.data.counting import ValueCounter
 from ssl_rec.data.lookup import KeyTable, VocabularyLookup, codes_of, dictionary_counts
-from ssl_rec.vocabulary import CodedColumn, Vocabulary, count_values
+from ssl_rec.vocab import CodedColumn, Vocabulary, count_values
 
 
 def _column(rng, n):

@@ -6,7 +6,6 @@ from criteo_lines import HEX, criteo_line, write_lines
 
 from ssl_rec.data import CriteoDataModule, PreprocessOptions, read_criteo, write_criteo_tsv
 from ssl_rec.data.sources.synthetic_clicks import render_ids
-from ssl_rec.vocabulary import load_vocabulary
 
 
 def test_parse_missing_hashes_negative(tmp_path):
@@ -43,7 +42,7 @@ def test_datamodule_vocab_roundtrip(tmp_path, criteo_file, small_rows):
     dm = CriteoDataModule(str(criteo_file), preprocess=opts, cache_dir=str(tmp_path))
     meta = dm.schema.metadata["splits"]
     assert meta["train"]["rows"] + meta["test"]["rows"] == 3000 and meta["val"]["rows"] == 0
-    vocab = load_vocabulary(dm.schema, "C3")
+    vocab = np.asarray(dm.vocabulary.id_values("C3").to_pylist())
     assert vocab[0] == "<missing>" and len(vocab) == dm.schema.field("C3").cardinality
     table = dm.split_table("train")
     ids = np.asarray(table.column("sparse").combine_chunks().flatten()).reshape(-1, 26)[:, 2]
@@ -116,7 +115,7 @@ def test_all_rare_field_keeps_the_reserved_id(tmp_path):
     opts = PreprocessOptions(min_frequency=4)
     dm = CriteoDataModule(str(path), preprocess=opts, cache_dir=str(tmp_path / "c"))
     assert dm.schema.field("C7").cardinality == 2 and dm.schema.field("C1").cardinality == 2
-    assert load_vocabulary(dm.schema, "C7").tolist() == ["<missing>", "<unused>"]
+    assert dm.vocabulary.id_values("C7").to_pylist() == ["<missing>", "<unused>"]
     batch = next(iter(dm.train_dataloader()))
     assert (batch.sparse[:, 6] == 0).all() and (batch.sparse[:, 0] == 1).all()
 

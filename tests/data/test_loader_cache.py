@@ -5,11 +5,11 @@ import sys
 import threading
 import time
 
+import filelock
 import numpy as np
 import pytest
 import torch
 
-from ssl_rec._io import FileLock
 from ssl_rec.data import BatchLoader, CriteoDataModule, PreprocessOptions, validate_sparse
 from ssl_rec.data import preprocess as preprocess_module
 from ssl_rec.data.storage import (
@@ -185,7 +185,7 @@ def test_killed_run_leaves_nothing_trusted_and_is_cleaned(tmp_path, criteo_file)
     assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_second_build_waits_for_the_lock(tmp_path):
+def test_second_build_waits_for_the_lock(tmp_path, caplog):
     inputs = {"x": 1}
     final = tmp_path / f"demo-{cache_key(inputs)}"
     built = []
@@ -195,7 +195,8 @@ def test_second_build_waits_for_the_lock(tmp_path):
         return FeatureSchema(["I1"], [CategoricalField("C1", 4)], "label")
 
     result = {}
-    with FileLock(final.with_name(f".{final.name}.lock")):
+    caplog.set_level("INFO", logger="ssl_rec.data.storage")
+    with filelock.FileLock(final.with_name(f".{final.name}.lock")):
         worker = threading.Thread(
             target=lambda: result.update(entry=cached_build(tmp_path, "demo", inputs, build))
         )
@@ -205,6 +206,46 @@ def test_second_build_waits_for_the_lock(tmp_path):
     worker.join(timeout=30)
     assert len(built) == 1 and result["entry"][0] == final
     assert cached_build(tmp_path, "demo", inputs, build)[0] == final and len(built) == 1
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for")]
+    assert waits == [f"waiting for {final.with_name(f'.{final.name}.lock')}: another process "
+                     f"is building {final}; waiting for it"]  # fmt: skip
+
+
+TWO_BUILDERS = """
+import logging, os, sys, time
+from pathlib import Path
+from ssl_rec.data.storage import cached_build
+from ssl_rec.schema import CategoricalField, FeatureSchema
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+root, ready, built = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+def build(out, final):
+    with open(built, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the other process, ready too, is waiting for the lock by now
+    return FeatureSchema(["I1"], [CategoricalField("C1", 4)], "label")
+(ready / str(os.getpid())).touch()
+print(cached_build(root, "demo", {"x": 1}, build)[0])
+"""
+
+
+def test_two_processes_building_one_entry_build_it_once(tmp_path):
+    """Two runs needing the same entry at once: one builds it, the other waits and uses it."""
+    ready, built = tmp_path / "ready", tmp_path / "built.txt"
+    ready.mkdir()
+    runs = [subprocess.Popen([sys.executable, "-c", TWO_BUILDERS, str(tmp_path / "cache"),
+                              str(ready), str(built)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]  # fmt: skip
+    outs = [run.communicate(timeout=240) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outs
+    assert len(built.read_text().splitlines()) == 1, outs  # built once
+    entry = tmp_path / "cache" / f"demo-{cache_key({'x': 1})}"
+    assert [out.strip() for out, _ in outs] == [str(entry)] * 2
+    waited = [err.count("another process is building") for _, err in outs]
+    assert sorted(waited) == [0, 1], outs  # the other one waited, and said so once
 
 
 def test_input_change_invalidates(tmp_path, small_rows):

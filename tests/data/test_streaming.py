@@ -17,8 +17,7 @@ from ssl_rec.data import (
 )
 from ssl_rec.data.sources.synthetic_clicks import SyntheticRows
 from ssl_rec.schema import CRITEO_CATEGORICAL
-from ssl_rec.vocabularies import Vocabularies
-from ssl_rec.vocabulary import Vocabulary, count_values, merge_counts
+from ssl_rec.vocab import Vocabularies, Vocabulary, count_values, merge_counts
 
 SPLITS = ("train", "val", "test")
 

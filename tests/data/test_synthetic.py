@@ -6,7 +6,6 @@ import pytest
 from ssl_rec.data import SyntheticClickModel, SyntheticConfig, SyntheticCTRDataModule
 from ssl_rec.data.sources.synthetic_clicks import PRESETS
 from ssl_rec.metrics import binary_auc, binary_logloss
-from ssl_rec.vocabulary import load_vocabulary
 
 
 def test_determinism():
@@ -81,7 +80,7 @@ def test_datamodule_label_fraction_and_pool(tmp_path):
     gen = dm.click_model()
     expected = SyntheticClickModel(SyntheticConfig()).item_latents(2)
     assert np.array_equal(gen.item_latents(2), expected)
-    assert load_vocabulary(dm.schema, "C1")[0] == "<missing>"
+    assert dm.vocabulary.id_values("C1")[0].as_py() == "<missing>"
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from ssl_rec.data import PreprocessOptions, TabularDataModule, read_tabular
-from ssl_rec.vocabulary import load_vocabulary
 
 CSV = "clicked,age,price,city,item\n1,30,2.5,paris,7\n0,,1.0,rome,8\n1,40,3.0,paris,7\n"
 
@@ -43,7 +42,7 @@ def test_directory_splits_parquet(tmp_path):
         40,
     ]
     assert dm.schema.cardinalities == [4, 6]
-    assert sorted(load_vocabulary(dm.schema, "cat")[1:]) == ["a", "b", "c"]
+    assert sorted(dm.vocabulary.id_values("cat").to_pylist()[1:]) == ["a", "b", "c"]
     batch = next(iter(dm.train_dataloader()))
     assert batch.dense.shape == (64, 1) and batch.sparse.shape == (64, 2)
 

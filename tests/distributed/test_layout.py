@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssl_rec.distributed.layout import check_row_split, shard_rows, split_table
+from ssl_rec.distributed.cyclic_layout import check_row_split, shard_rows, split_table
 from ssl_rec.distributed.local_shards import LocalShards, shard_lookup
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec
 

@@ -10,7 +10,7 @@ import pytest
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.distributed import TablePlacement, check_plan, plan_from_dict
 from ssl_rec.distributed.cost_model import TableInfo, default_hit_rate, step_cost
-from ssl_rec.distributed.layout import check_row_split
+from ssl_rec.distributed.cyclic_layout import check_row_split
 from ssl_rec.distributed.planner import plan_tables
 from ssl_rec.hardware import TableSpec
 

@@ -57,7 +57,7 @@ def test_export_cli_roundtrip(trained, tmp_path):
     main(
         [
             "export",
-            "--ckpt",
+            "--ckpt_path",
             str(ckpt),
             "--out",
             str(out),
@@ -90,7 +90,7 @@ def test_export_cli_roundtrip(trained, tmp_path):
 def test_export_cli_bad_flag_is_clear(trained, tmp_path, capsys):
     ckpt, _, cache = trained
     with pytest.raises(SystemExit):
-        main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "e"), "--metric", "cos"])
+        main(["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "e"), "--metric", "cos"])
     assert "metric" in capsys.readouterr().err
 
 
@@ -99,8 +99,8 @@ def test_export_split_rebuilds_data_module_from_checkpoint(trained, tmp_path):
 
     ckpt, _, _ = trained
     out = tmp_path / "e"
-    main(["export", "--ckpt", str(ckpt), "--out", str(out), "--fields", "[C1]", "--split", "test",
-          "--max_rows", "300"])  # fmt: skip
+    main(["export", "--ckpt_path", str(ckpt), "--out", str(out), "--fields", "[C1]", "--split",
+          "test", "--max_rows", "300"])  # fmt: skip
     index = EmbeddingIndex.load(out)
     assert any(name.startswith("split_") for name in index.set_names)
 
@@ -111,7 +111,7 @@ def test_evaluate_cli_writes_json(trained, tmp_path, capsys):
     main(
         [
             "evaluate-embeddings",
-            "--ckpt",
+            "--ckpt_path",
             str(ckpt),
             "--json_out",
             str(out),
@@ -162,7 +162,7 @@ def test_evaluate_pretraining_checkpoint_probes_with_labels(tmp_path):
           "--trainer.limit_val_batches", "1", "--data.init_args.batch_size", "500",
           "--data.init_args.cache_dir", str(tmp_path / "cache"), *SIZES])  # fmt: skip
     out = tmp_path / "eval.json"
-    main(["evaluate-embeddings", "--ckpt", str(root / "checkpoints" / "last.ckpt"),
+    main(["evaluate-embeddings", "--ckpt_path", str(root / "checkpoints" / "last.ckpt"),
           "--json_out", str(out), "--train_rows", "1000", "--test_rows", "500"])  # fmt: skip
     results = json.loads(out.read_text())
     assert "probes_skipped" not in results

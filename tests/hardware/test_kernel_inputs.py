@@ -11,7 +11,7 @@ from ssl_rec.hardware import (
 )
 from ssl_rec.hardware.kernels import reference
 from ssl_rec.hardware.kernels.dispatch import CompiledKernels, load_compiled
-from ssl_rec.hardware.kernels.layout import META_ADMISSION, Plan
+from ssl_rec.hardware.kernels.table_meta import META_ADMISSION, AdmittedBatch
 
 
 @pytest.fixture(params=["reference", "compiled"])
@@ -99,7 +99,7 @@ def test_table_kernels_refuse_bad_ids(kernels):
 def _plan_with(plan, **changes):
     fields = plan._asdict()
     fields.update(changes)
-    return Plan(**fields)
+    return AdmittedBatch(**fields)
 
 
 def test_table_kernels_refuse_bad_plans_and_gradients(kernels):

@@ -17,7 +17,7 @@ from ssl_rec.quantize import (
     search_plan,
 )
 from ssl_rec.quantize.fbgemm_linear import FbgemmInt8Linear
-from ssl_rec.quantize.plan import DENSE_LADDER, Unit
+from ssl_rec.quantize.quantization_plan import DENSE_LADDER, Unit
 from ssl_rec.quantize.search import ladder_of
 
 

@@ -22,7 +22,7 @@ def trained(tmp_path_factory, write_clicks):
           *QUIET])  # fmt: skip
     ckpt = root / "run" / "checkpoints" / "last.ckpt"
     out = root / "q"
-    main(["quantize", "--ckpt", str(ckpt), "--out", str(out), "--budget-ne", "0.001"])
+    main(["quantize", "--ckpt_path", str(ckpt), "--out", str(out), "--budget_ne", "0.001"])
     return root, ckpt, out
 
 
@@ -45,7 +45,7 @@ def test_a_new_file_is_scored_whole_with_the_trained_ids(trained, write_clicks):
           "--predictions.out", str(checkpoint), "--trainer.default_root_dir",
           str(root / "predict"), *QUIET])  # fmt: skip
     ours, theirs = pq.read_table(quantized), pq.read_table(checkpoint)
-    assert ours.column("row_id").to_pylist() == list(range(400))
+    assert ours.column("row").to_pylist() == list(range(400))
     assert theirs.column("row").to_pylist() == list(range(400))
     p = ours.column("probability").to_numpy()
     q = theirs.column("probability").to_numpy()

@@ -18,7 +18,7 @@ from ssl_rec.quantize import (
     save_quantized,
     search_plan,
 )
-from ssl_rec.quantize.plan import TABLE_LADDER
+from ssl_rec.quantize.quantization_plan import TABLE_LADDER
 from ssl_rec.quantize.tables import QuantizedTables
 
 

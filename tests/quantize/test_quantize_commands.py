@@ -31,8 +31,8 @@ def _fails(args, capsys, message):
 
 def test_quantize_predict_monitor_explain(ckpt, tmp_path, capsys):
     out = tmp_path / "q"
-    main(["quantize", "--ckpt", ckpt, "--out", str(out), "--budget-ne", "0.001",
-          "--calibration-rows", "1000", "--evaluation-rows", "1000"])  # fmt: skip
+    main(["quantize", "--ckpt_path", ckpt, "--out", str(out), "--budget_ne", "0.001",
+          "--calibration_rows", "1000", "--evaluation_rows", "1000"])  # fmt: skip
     report = json.loads((out / "report.json").read_text())
     assert (
         abs(report["calibration_set"]["ne_quantized"] - report["calibration_set"]["ne_fp32"])
@@ -42,7 +42,7 @@ def test_quantize_predict_monitor_explain(ckpt, tmp_path, capsys):
     pred = tmp_path / "pred.parquet"
     main(["predict", "--ckpt_path", str(out), "--out", str(pred)])
     table = pq.read_table(pred)
-    assert table.column("row_id").to_pylist() == list(range(1000))
+    assert table.column("row").to_pylist() == list(range(1000))
     from ssl_rec.cli.datamodules import datamodule_from, split_loader
     from ssl_rec.lightning import load_module
 
@@ -52,15 +52,15 @@ def test_quantize_predict_monitor_explain(ckpt, tmp_path, capsys):
                           split_loader(datamodule_from(ckpt, None), "test")])  # fmt: skip
     quantized = torch.tensor(table.column("probability").to_numpy())
     assert (quantized - fp32).abs().max() < 0.05
-    main(["monitor", "--reference", ckpt, "--candidate", str(out)])
-    main(["explain", "--reference", ckpt, "--candidate", str(out), "--rows", "1000"])
+    main(["monitor", "--ckpt_path", ckpt, "--candidate", str(out)])
+    main(["explain", "--ckpt_path", ckpt, "--candidate", str(out), "--rows", "1000"])
     assert "spent most by" in capsys.readouterr().out
 
 
 def test_bad_inputs_are_one_line_errors(ckpt, tmp_path, capsys):
-    base = ["quantize", "--ckpt", ckpt, "--out", str(tmp_path / "q")]
-    _fails([*base, "--budget-ne", "0"], capsys, "--budget-ne must be > 0")
-    _fails([*base, "--budget-ne", "-1"], capsys, "--budget-ne must be > 0")
+    base = ["quantize", "--ckpt_path", ckpt, "--out", str(tmp_path / "q")]
+    _fails([*base, "--budget_ne", "0"], capsys, "--budget_ne must be > 0")
+    _fails([*base, "--budget_ne", "-1"], capsys, "--budget_ne must be > 0")
     data = ["--data.class_path", "ssl_rec.data.SyntheticCTRDataModule"]
     _fails([*base, *data, "--data.init_args.n_train", "3000", "--data.init_args.n_val", "0"],
            capsys, "no rows")  # fmt: skip
@@ -75,5 +75,5 @@ def test_bad_inputs_are_one_line_errors(ckpt, tmp_path, capsys):
     main(["fit", "--config", "configs/pretrain/mfp.yaml", "--trainer.default_root_dir",
           str(pretrain), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
           "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY])  # fmt: skip
-    _fails(["quantize", "--ckpt", str(pretrain / "checkpoints" / "last.ckpt"), "--out",
+    _fails(["quantize", "--ckpt_path", str(pretrain / "checkpoints" / "last.ckpt"), "--out",
             str(tmp_path / "q2")], capsys, "not a CTR model")  # fmt: skip

@@ -4,7 +4,7 @@ One row per line, tab-separated, no header: ``label, I1..I13, C1..C26`` (40 colu
 39 columns without the label (Kaggle's test file). Dense values are integers (``I2`` may
 be negative), categorical values 8-hex-digit hashes; an empty cell is missing. Files may
 be gzip-compressed. Files are read in blocks (``pyarrow.csv`` streaming), so memory does
-not grow with their length. Layouts (:mod:`ssl_rec.data.plan`): one file (random split),
+not grow with their length. Layouts (:mod:`ssl_rec.data.split_plan`): one file (random split),
 Kaggle's ``train.txt`` (+ unlabeled ``test.txt``: val and test are drawn from train), a
 directory of ``train*`` / ``val*`` / ``test*`` files, or Terabyte's ``day_0 .. day_23``
 (train on days 0-22, test / val = first / second half of day 23).
@@ -21,9 +21,12 @@ import pyarrow as pa
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
 from ssl_rec.data.parsing import RowValidator, check_on_bad_row
-from ssl_rec.data.plan import (
+from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
+from ssl_rec.data.raw import RawPart
+from ssl_rec.data.reading import TextBatches, TextFormat, first_line
+from ssl_rec.data.split_plan import (
     Part,
-    Plan,
+    SplitPlan,
     natural_key,
     plan_days,
     plan_named,
@@ -31,9 +34,6 @@ from ssl_rec.data.plan import (
     split_columns,
     split_name,
 )
-from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
-from ssl_rec.data.raw import RawPart
-from ssl_rec.data.reading import TextBatches, TextFormat, first_line
 from ssl_rec.data.storage import file_fingerprint
 from ssl_rec.schema import CRITEO_CATEGORICAL, CRITEO_DENSE, CRITEO_LABEL, FeatureSchema
 
@@ -142,8 +142,8 @@ def _data_files(directory: Path) -> list[str]:
     )
 
 
-def criteo_plan(path: str | list[str], options: PreprocessOptions) -> Plan:
-    """The :class:`~ssl_rec.data.plan.Plan` of a Criteo file, directory or list of day files."""
+def criteo_plan(path: str | list[str], options: PreprocessOptions) -> SplitPlan:
+    """The :class:`~ssl_rec.data.split_plan.SplitPlan` of a Criteo file, directory or day files."""
     labeled = detect_has_label
     fractions = (options.val_fraction, options.test_fraction, options.split_seed)
     if isinstance(path, (list, tuple)):
@@ -216,7 +216,7 @@ class CriteoDataModule(ArrowDataModule):
 
     cache_kind = "criteo"
 
-    def plan(self) -> Plan:
+    def plan(self) -> SplitPlan:
         """Which rows of which file go to which split."""
         return criteo_plan(self.path, self.options)
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from ssl_rec._io import atomic_directory
 from ssl_rec.data.arrow_data_module import ArrowDataModule
 from ssl_rec.data.preprocess import PreprocessOptions
+from ssl_rec.data.sources.seeded_split import write_seeded_splits
 from ssl_rec.data.sources.tabular import TabularDataModule
 from ssl_rec.data.storage import default_cache_dir
 from ssl_rec.schema import FeatureSchema
@@ -33,7 +34,6 @@ LABEL = "click"
 DENSE = ["age"]
 CATEGORICAL = ["user_id", "movie_id", "gender", "occupation", "age_decade", "zip3", "genres",
                "release_year"]  # fmt: skip
-SPLIT_FRACTIONS = {"train": 0.8, "valid": 0.1, "test": 0.1}
 GENRES = ("unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime",
           "Documentary", "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery",
           "Romance", "Sci-Fi", "Thriller", "War", "Western")  # fmt: skip
@@ -79,14 +79,7 @@ def movielens_table() -> pa.Table:
 
 def write_movielens_splits(out_dir: Path, split_seed: int) -> None:
     """Write ``train/valid/test.parquet`` of a seeded 80/10/10 split of the rows."""
-    table = movielens_table()
-    order = np.random.default_rng(split_seed).permutation(table.num_rows)
-    start = 0
-    for name, fraction in SPLIT_FRACTIONS.items():
-        stop = start + round(fraction * table.num_rows)
-        rows = pa.array(np.sort(order[start:stop]))
-        pq.write_table(table.take(rows), out_dir / f"{name}.parquet")
-        start = stop
+    write_seeded_splits(movielens_table(), out_dir, split_seed)
 
 
 def prepared_movielens(split_seed: int = 0, cache_dir: str | None = None) -> Path:

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from tqdm.auto import tqdm
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
-from ssl_rec.data.preprocess import report_unseen
+from ssl_rec.data.oov_report import report_unseen
+from ssl_rec.data.progress import progress_bar
 from ssl_rec.data.sources.synthetic_clicks import (
     PRESETS,
     SYNTHETIC_VERSION,
@@ -33,8 +33,13 @@ from ssl_rec.schema import (
     CategoricalField,
     FeatureSchema,
 )
-from ssl_rec.vocabularies import VOCABULARY_FILENAME, Vocabularies
-from ssl_rec.vocabulary import MISSING_VALUE, VOCAB_DIRNAME, CodedColumn, save_id_values
+from ssl_rec.vocab import (
+    MISSING_VALUE,
+    VOCABULARY_FILE_KEY,
+    VOCABULARY_FILENAME,
+    CodedColumn,
+    Vocabularies,
+)
 
 CHUNK_ROWS = 1 << 18
 
@@ -63,12 +68,6 @@ def _id_maps(own: Vocabularies, given: Vocabularies) -> list[np.ndarray] | None:
     return maps
 
 
-def _write_vocab(vocab: Vocabularies, out_dir: Path) -> None:
-    for name in vocab.names:
-        save_id_values(out_dir / VOCAB_DIRNAME, name, vocab.id_values(name))
-    vocab.save(out_dir / VOCABULARY_FILENAME)
-
-
 def write_synthetic_splits(
     config: SyntheticConfig,
     sizes: dict[str, int],
@@ -82,7 +81,7 @@ def write_synthetic_splits(
         config: the click model's knobs.
         sizes: rows per split, e.g. ``{"train": 1_000_000, "val": 100_000, "test": 100_000}``.
         out_dir: directory being written.
-        final_dir: where it will live (for ``metadata["vocab_dir"]``).
+        final_dir: where it will live (for ``metadata["vocabulary_file"]``).
         vocabularies: a model's vocabularies: generated ids are mapped through their raw
             values to the model's ids (unknown values -> 0, counted).
 
@@ -98,7 +97,7 @@ def write_synthetic_splits(
     maps = None if vocabularies is None else _id_maps(own, vocabularies)
     vocab = own if vocabularies is None else vocabularies
     oracle, splits, unseen = {}, {}, {}
-    progress = tqdm(total=sum(sizes.values()), desc="synthetic", unit="rows")
+    progress = progress_bar("synthetic", sum(sizes.values()), "rows")
     for split, n in sizes.items():
         probs, labels = [], []
         unseen[split] = np.zeros(len(CRITEO_CATEGORICAL), np.int64)
@@ -116,7 +115,7 @@ def write_synthetic_splits(
             oracle[split] = ctr_summary(np.concatenate(probs), np.concatenate(labels))
         splits[split] = {"rows": n, "labeled": True, "skipped_rows": 0}
     progress.close()
-    _write_vocab(vocab, out_dir)
+    vocab.save(out_dir / VOCABULARY_FILENAME)
     fields = [CategoricalField(name, c) for name, c in zip(CRITEO_CATEGORICAL, vocab.cardinalities,
                                                              strict=True)]  # fmt: skip
     metadata = {
@@ -128,7 +127,7 @@ def write_synthetic_splits(
         "splits": splits,
         "skipped_rows": 0,
         "missing_id": MISSING_ID,
-        "vocab_dir": str(final_dir / VOCAB_DIRNAME),
+        VOCABULARY_FILE_KEY: str(final_dir / VOCABULARY_FILENAME),
         "vocabulary": vocab.fingerprints(),
         "vocabulary_given": vocabularies is not None,
     }
@@ -137,7 +136,7 @@ def write_synthetic_splits(
             s: dict(zip(CRITEO_CATEGORICAL, u.tolist(), strict=True)) for s, u in unseen.items()
         }
         for s, u in metadata["unseen_values"].items():
-            report_unseen(s, sizes[s], u)
+            report_unseen(s, sizes[s], u, None, vocabularies.min_frequency)
     return FeatureSchema(CRITEO_DENSE, tuple(fields), CRITEO_LABEL, metadata)
 
 
@@ -212,8 +211,10 @@ class SyntheticCTRDataModule(ArrowDataModule):
             much larger than a small labeled subset's training batch.
 
     Example:
-        >>> dm = SyntheticCTRDataModule(n_train=200_000)  # doctest: +SKIP
-        >>> dm.schema.cardinalities[:3], dm.oracle_metrics("test")["auc"]  # doctest: +SKIP
+        >>> dm = SyntheticCTRDataModule(n_train=2000, n_val=500, n_test=500, cache_dir="cache",
+        ...                             synthetic=SyntheticConfig(cardinality_scale=0.0002))
+        >>> dm.schema.cardinalities[:3], dm.oracle_metrics("test")["auc"] > 0.7
+        ([4, 4, 2027], True)
 
     """
 

@@ -2,8 +2,10 @@
 
 Categorical raw values may be strings or integers (kept as their text). Files ending in
 ``.tsv`` or ``.txt`` are tab-separated, ``.csv`` comma-separated (either may be gzipped:
-``.csv.gz``), ``.parquet`` / ``.pq`` Parquet; text files have a header row. Every file's
-columns are checked against its header before any row is read.
+``.csv.gz``) unless ``delimiter`` says otherwise, ``.parquet`` / ``.pq`` Parquet; text files
+have a header row. Every file's columns are checked against its header before any row is
+read; a header that is one column holding ``;``, ``,``, ``|`` or tabs names the separator the
+file seems to use and the option that reads it.
 """
 
 from __future__ import annotations
@@ -19,14 +21,43 @@ import pyarrow.parquet as pq
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
 from ssl_rec.data.parsing import RowValidator, check_on_bad_row
-from ssl_rec.data.plan import Part, Plan, plan_named, plan_single, split_columns, split_name
 from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
 from ssl_rec.data.raw import RawPart
 from ssl_rec.data.reading import ParquetBatches, TextBatches, TextFormat, first_line
+from ssl_rec.data.split_plan import (
+    Part,
+    SplitPlan,
+    plan_named,
+    plan_single,
+    split_columns,
+    split_name,
+)
 from ssl_rec.data.storage import file_fingerprint
 from ssl_rec.schema import FeatureSchema
 
 SUFFIXES = {".csv": ",", ".tsv": "\t", ".txt": "\t", ".parquet": None, ".pq": None}
+# Separators a one-column header is sniffed for, and the spellings a tab may be given in.
+SEPARATORS = (";", ",", "|", "\t")
+TAB_SPELLINGS = ("\\t", "tab", "TAB")
+
+
+def check_delimiter(delimiter: str | None) -> str | None:
+    r"""``delimiter`` as one character (``"\t"`` and ``"tab"`` mean a tab), or ``None``.
+
+    Raises:
+        ValueError: anything but one character other than a quote or a line break.
+
+    """
+    if delimiter is None:
+        return None
+    if delimiter in TAB_SPELLINGS:
+        return "\t"
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':
+        raise ValueError(
+            f"delimiter must be one character such as ';' or '|' (or '\\t' for a tab), "
+            f"got {delimiter!r}"
+        )
+    return delimiter
 
 
 def _suffix(path: Path) -> str:
@@ -37,10 +68,22 @@ def _suffix(path: Path) -> str:
     return suffix
 
 
-def column_names(path: str | os.PathLike[str]) -> list[str]:
-    """Header (CSV/TSV, plain or gzip) or schema (Parquet) column names of a tabular file."""
+def file_delimiter(path: Path, delimiter: str | None = None) -> str | None:
+    """The column separator of a text file (``delimiter``, else by suffix); ``None``: Parquet."""
+    by_suffix = SUFFIXES[_suffix(path)]
+    return None if by_suffix is None else check_delimiter(delimiter) or by_suffix
+
+
+def column_names(path: str | os.PathLike[str], delimiter: str | None = None) -> list[str]:
+    """Header (CSV/TSV, plain or gzip) or schema (Parquet) column names of a tabular file.
+
+    Args:
+        path: the file.
+        delimiter: the text file's separator (default by suffix; ignored for Parquet).
+
+    """
     path = Path(path)
-    delimiter = SUFFIXES[_suffix(path)]
+    delimiter = file_delimiter(path, delimiter)
     if delimiter is None:
         if not path.is_file():
             raise FileNotFoundError(f"tabular file not found: {path}")
@@ -51,22 +94,51 @@ def column_names(path: str | os.PathLike[str]) -> list[str]:
     return next(csv.reader([header], delimiter=delimiter))
 
 
-def check_columns(path: str | os.PathLike[str], wanted: list[str], label: str | None) -> bool:
+def sniffed_separator(available: list[str], delimiter: str | None) -> str | None:
+    """The separator a one-column header seems to use instead of ``delimiter``, or ``None``."""
+    if len(available) != 1:
+        return None
+    counts = {sep: available[0].count(sep) for sep in SEPARATORS if sep != delimiter}
+    best = max(counts, key=lambda sep: counts[sep])
+    return best if counts[best] else None
+
+
+def header_error(path: str | os.PathLike[str], message: str, delimiter: str | None) -> ValueError:
+    """``message`` about a header, or the file's likely separator when it read as one column."""
+    path = Path(path)
+    used = file_delimiter(path, delimiter)
+    if used is not None:
+        sep = sniffed_separator(column_names(path, used), used)
+        if sep is not None:
+            return ValueError(
+                f"{path} looks like a {sep!r}-separated file: pass --data.delimiter {sep!r}"
+            )
+    return ValueError(message)
+
+
+def check_columns(
+    path: str | os.PathLike[str], wanted: list[str], label: str | None, delimiter: str | None = None
+) -> bool:
     """Raise ``ValueError`` naming the file, the missing columns and the available ones.
+
+    A one-column header holding another separator gets, instead, the separator to pass.
 
     Args:
         path: the file.
         wanted: columns every file must have (dense and categorical).
         label: the label column, or ``None``.
+        delimiter: the text file's separator (default by suffix).
 
     Returns:
         Whether the file has the label column.
 
     """
-    available = column_names(path)
+    available = column_names(path, delimiter)
     unknown = [c for c in wanted if c not in available]
     if unknown:
-        raise ValueError(f"{path}: unknown columns {unknown}; available columns: {available}")
+        raise header_error(
+            path, f"{path}: unknown columns {unknown}; available columns: {available}", delimiter
+        )
     return label is not None and label in available
 
 
@@ -95,6 +167,7 @@ def tabular_batches(
     categorical: list[str],
     on_bad_row: str = "raise",
     missing_values: tuple[str, ...] = ("",),
+    delimiter: str | None = None,
 ) -> RowValidator:
     """The validated batches of one CSV/TSV/Parquet file, read block by block.
 
@@ -105,13 +178,14 @@ def tabular_batches(
         categorical: columns whose values (strings or ints) become ids.
         on_bad_row: ``"raise"`` or ``"skip"`` and count.
         missing_values: cells read as missing.
+        delimiter: a text file's column separator (default: by suffix).
 
     """
     path = Path(path)
     skip = check_on_bad_row(on_bad_row) == "skip"
     columns = [*dense, *categorical] + ([label] if label is not None else [])
-    check_columns(path, columns, None)
-    delimiter = SUFFIXES[_suffix(path)]
+    check_columns(path, columns, None, delimiter)
+    delimiter = file_delimiter(path, delimiter)
     if delimiter is None:
         source = _MissingParquet(path, columns, tuple(missing_values))
         return RowValidator(source, dense, categorical, label, skip, unit="row")
@@ -127,21 +201,25 @@ def read_tabular(
     categorical: list[str],
     on_bad_row: str = "raise",
     missing_values: tuple[str, ...] = ("",),
+    delimiter: str | None = None,
 ) -> RawPart:
     """Read and validate one whole file into memory (see :func:`tabular_batches`)."""
-    batches = list(tabular_batches(path, label, dense, categorical, on_bad_row, missing_values))
+    batches = list(tabular_batches(path, label, dense, categorical, on_bad_row, missing_values,
+                                   delimiter))  # fmt: skip
     part = RawPart.from_batches(batches, len(dense), str(path))
     if part.num_rows == 0:
         raise ValueError(f"{path}: no data rows")
     return part
 
 
-def read_tabular_columns(path: str | os.PathLike[str], columns: list[str]) -> pa.Table:
+def read_tabular_columns(
+    path: str | os.PathLike[str], columns: list[str], delimiter: str | None = None
+) -> pa.Table:
     """Raw values of ``columns`` of every row of a tabular file (text, or Parquet types)."""
     path = Path(path)
     columns = list(columns)
-    check_columns(path, columns, None)
-    delimiter = SUFFIXES[_suffix(path)]
+    check_columns(path, columns, None, delimiter)
+    delimiter = file_delimiter(path, delimiter)
     if delimiter is None:
         batches = ParquetBatches(path, columns)
     else:
@@ -165,7 +243,7 @@ def find_split_files(directory: Path) -> dict[str, list[str]]:
 
 
 class TabularDataModule(ArrowDataModule):
-    """Any CSV / TSV / Parquet table with named label, dense and categorical columns.
+    r"""Any CSV / TSV / Parquet table with named label, dense and categorical columns.
 
     Args:
         path: one file (split randomly) or a directory of ``train`` / ``valid`` (or
@@ -183,6 +261,9 @@ class TabularDataModule(ArrowDataModule):
         eval_batch_size: rows per validation, test and predict batch (default
             ``batch_size``); evaluation keeps no activations for backward, so it can be
             much larger than a small labeled subset's training batch.
+        delimiter: column separator of the CSV / TSV files (one character, e.g. ``";"`` or
+            ``"|"``; ``"\t"`` or ``"tab"`` for a tab); default by suffix: ``,`` for ``.csv``,
+            a tab for ``.tsv`` / ``.txt``. Parquet files ignore it.
 
     """
 
@@ -199,11 +280,13 @@ class TabularDataModule(ArrowDataModule):
         seed: int = 0,
         cache_dir: str | None = None,
         eval_batch_size: int | None = None,
+        delimiter: str | None = None,
     ) -> None:
         super().__init__(
             batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
         )
         self._record_hparams(locals())
+        self.delimiter = check_delimiter(delimiter)
         self.dense, self.categorical = list(dense or []), list(categorical or [])
         if not self.dense and not self.categorical:
             raise ValueError("TabularDataModule needs at least one dense or categorical column")
@@ -217,9 +300,9 @@ class TabularDataModule(ArrowDataModule):
     cache_kind = "tabular"
 
     def _labeled(self, path: str) -> bool:
-        return check_columns(path, [*self.dense, *self.categorical], self.label)
+        return check_columns(path, [*self.dense, *self.categorical], self.label, self.delimiter)
 
-    def plan(self) -> Plan:
+    def plan(self) -> SplitPlan:
         """Which rows of which file go to which split; every header is checked first."""
         p = Path(self.path)
         if not p.exists():
@@ -232,24 +315,28 @@ class TabularDataModule(ArrowDataModule):
             plan = plan_single(str(p), self._labeled(str(p)), *fractions)
         for part in plan.parts:
             if self.label is not None and "train" in plan.splits_of(part) and not part.labeled:
-                raise ValueError(
+                raise header_error(
+                    part.path,
                     f"{part.path}: label column {self.label!r} not found; available columns: "
-                    f"{column_names(part.path)}"
+                    f"{column_names(part.path, self.delimiter)}",
+                    self.delimiter,
                 )
         return plan
 
     def cache_inputs(self) -> dict[str, Any]:
         """Fingerprints of the files, the plan, column roles and options."""
         plan = self.plan()
-        return {"files": file_fingerprint([p.path for p in plan.parts]), "plan": plan.to_dict(),
-                "label": self.label, "dense": self.dense, "categorical": self.categorical,
-                "options": self.options.to_dict()}  # fmt: skip
+        inputs = {"files": file_fingerprint([p.path for p in plan.parts]), "plan": plan.to_dict(),
+                  "label": self.label, "dense": self.dense, "categorical": self.categorical,
+                  "options": self.options.to_dict()}  # fmt: skip
+        # Only when set: entries built before the option existed keep their names.
+        return inputs if self.delimiter is None else {**inputs, "delimiter": self.delimiter}
 
     def _open(self, part: Part) -> RowValidator:
         o = self.options
         label = self.label if part.labeled else None
         return tabular_batches(part.path, label, self.dense, self.categorical, o.on_bad_row,
-                               o.missing_values)  # fmt: skip
+                               o.missing_values, self.delimiter)  # fmt: skip
 
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
         """Preprocess the files into ``out_dir``."""
@@ -259,4 +346,6 @@ class TabularDataModule(ArrowDataModule):
 
     def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
         """``columns`` of ``split``'s rows as read from the files (text, or Parquet types)."""
-        return split_columns(self.plan(), split, lambda p: read_tabular_columns(p, columns))
+        return split_columns(
+            self.plan(), split, lambda p: read_tabular_columns(p, columns, self.delimiter)
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ssl_rec.hardware.kernels.layout import (
+from ssl_rec.hardware.kernels.table_meta import (
     CACHE_WAYS,
     MAX_ADMISSION,
     META_ADMISSION,
@@ -19,7 +19,7 @@ from ssl_rec.hardware.kernels.layout import (
     META_OPTIMIZER,
     META_POLICY,
     META_ROWS,
-    Plan,
+    AdmittedBatch,
     TableTensors,
 )
 from ssl_rec.hardware.precision import Precision
@@ -116,7 +116,7 @@ def check_ids(ids: torch.Tensor, shapes: list[tuple[int, int]]) -> None:
         )
 
 
-def check_plan(p: Plan, t: TableTensors, shapes: list[tuple[int, int]], what: str) -> None:
+def check_plan(p: AdmittedBatch, t: TableTensors, shapes: list[tuple[int, int]], what: str) -> None:
     """A plan of ``admit`` for these tables (shapes, dtypes, rows, slots, inverse)."""
     n = len(shapes)
     _expect(p.inverse, torch.int32, 2, f"{what} inverse")
@@ -143,7 +143,7 @@ def check_plan(p: Plan, t: TableTensors, shapes: list[tuple[int, int]], what: st
             raise IndexError(f"{what}: a sample of table {f} points beyond its {u} unique rows")
 
 
-def check_grad(grad: torch.Tensor, p: Plan, shapes: list[tuple[int, int]]) -> None:
+def check_grad(grad: torch.Tensor, p: AdmittedBatch, shapes: list[tuple[int, int]]) -> None:
     """float32[B, T, D] gradient of a plan's output."""
     _expect(grad, torch.float32, 3, "grad")
     dim = shapes[0][1] if shapes else 0

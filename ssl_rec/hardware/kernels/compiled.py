@@ -7,7 +7,7 @@ from types import ModuleType
 
 import torch
 
-from ssl_rec.hardware.kernels.layout import Plan, TableTensors
+from ssl_rec.hardware.kernels.table_meta import AdmittedBatch, TableTensors
 
 __all__ = ["CompiledKernels"]
 
@@ -72,18 +72,20 @@ class CompiledKernels:
         ids: torch.Tensor,
         seed: int,
         step: int,
-        locks: Sequence[Plan] = (),
+        locks: Sequence[AdmittedBatch] = (),
         parallel: bool = True,
-    ) -> Plan:
+    ) -> AdmittedBatch:
         """See :func:`reference.admit`; ``parallel=False`` keeps it on the calling thread."""
         locks = [tuple(p) for p in locks]
-        return Plan(*self._ext.admit(self._tables(t), ids, seed, step, locks, parallel))
+        return AdmittedBatch(*self._ext.admit(self._tables(t), ids, seed, step, locks, parallel))
 
-    def gather(self, t: TableTensors, plan: Plan) -> torch.Tensor:
+    def gather(self, t: TableTensors, plan: AdmittedBatch) -> torch.Tensor:
         """See :func:`reference.gather`."""
         return self._ext.gather(self._tables(t), tuple(plan))
 
-    def update(self, t: TableTensors, plan: Plan, grad: torch.Tensor, seed: int, step: int) -> None:
+    def update(
+        self, t: TableTensors, plan: AdmittedBatch, grad: torch.Tensor, seed: int, step: int
+    ) -> None:
         """See :func:`reference.update`."""
         self._ext.update(self._tables(t), tuple(plan), grad, seed, step)
 

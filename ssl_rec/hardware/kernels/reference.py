@@ -23,7 +23,8 @@ from ssl_rec.hardware.kernels.checks import (
     check_plan,
     check_tables,
 )
-from ssl_rec.hardware.kernels.layout import (
+from ssl_rec.hardware.kernels.replacement import assign_slots
+from ssl_rec.hardware.kernels.table_meta import (
     META_ADMISSION,
     META_DIM,
     META_KIND,
@@ -33,10 +34,9 @@ from ssl_rec.hardware.kernels.layout import (
     META_ROW_STRIDE,
     META_STOCHASTIC,
     META_STREAM,
-    Plan,
+    AdmittedBatch,
     TableTensors,
 )
-from ssl_rec.hardware.kernels.replacement import assign_slots
 from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.stochastic_rounding import (
@@ -126,7 +126,9 @@ def _dedupe(col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return uniq[order], rank[inv], counts[order]
 
 
-def _admit_table(t: TableTensors, i: int, col, seed: int, step: int, locks, plan: Plan) -> None:
+def _admit_table(
+    t: TableTensors, i: int, col, seed: int, step: int, locks, plan: AdmittedBatch
+) -> None:
     rows, inverse, counts = _dedupe(col)
     u = len(rows)
     plan.rows[i, :u], plan.inverse[i], plan.num_unique[i] = rows, inverse.int(), u
@@ -157,9 +159,9 @@ def admit(
     ids: torch.Tensor,
     seed: int,
     step: int,
-    locks: Sequence[Plan] = (),
+    locks: Sequence[AdmittedBatch] = (),
     parallel: bool = True,
-) -> Plan:
+) -> AdmittedBatch:
     """Cache admission of a batch (see ``replacement.py`` for the policy).
 
     Each table's ids are deduplicated (first-occurrence order); cached tables admit their
@@ -176,7 +178,7 @@ def admit(
         parallel: Ignored (the compiled kernels' threading switch).
 
     Returns:
-        The :class:`Plan` that ``gather`` and ``update`` read.
+        The :class:`AdmittedBatch` that ``gather`` and ``update`` read.
 
     """
     shapes = check_tables(t)
@@ -184,7 +186,7 @@ def admit(
     for p in locks:
         check_plan(p, t, shapes, "lock plan")
     n, b = ids.shape[1], ids.shape[0]
-    plan = Plan(
+    plan = AdmittedBatch(
         torch.zeros(n, b, dtype=torch.int64),
         torch.zeros(n, dtype=torch.int64),
         torch.zeros(n, b, dtype=torch.int32),
@@ -195,7 +197,7 @@ def admit(
     return plan
 
 
-def gather(t: TableTensors, plan: Plan) -> torch.Tensor:
+def gather(t: TableTensors, plan: AdmittedBatch) -> torch.Tensor:
     """Values of an admitted batch: float32[B, T, D], each its row's current value.
 
     Reads the plan's slots, valid while the plan is pending (its rows are locked), and no
@@ -255,7 +257,7 @@ def _multiplier(t: TableTensors, i: int, rows: torch.Tensor, acc: torch.Tensor) 
     return lr / (torch.sqrt(mom.double()).float() + eps)
 
 
-def _update_table(t: TableTensors, i: int, plan: Plan, grad, seed: int, step: int) -> None:
+def _update_table(t: TableTensors, i: int, plan: AdmittedBatch, grad, seed: int, step: int) -> None:
     u = int(plan.num_unique[i])
     acc = _aggregate(plan.inverse[i].long(), grad[:, i, :], u)
     live = ~(acc == 0).all(dim=1)  # rows whose gradient is exactly zero are not touched
@@ -277,7 +279,7 @@ def _update_table(t: TableTensors, i: int, plan: Plan, grad, seed: int, step: in
     t.stats[i][3] += len(miss_rows)
 
 
-def update(t: TableTensors, plan: Plan, grad: torch.Tensor, seed: int, step: int) -> None:
+def update(t: TableTensors, plan: AdmittedBatch, grad: torch.Tensor, seed: int, step: int) -> None:
     """Fused backward: per-row gradient sum, optimizer step, cache or store write.
 
     Rows whose summed gradient is exactly zero (e.g. masked fields) are skipped. Cached rows

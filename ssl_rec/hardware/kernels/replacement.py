@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ssl_rec.hardware.kernels.layout import CACHE_WAYS, EMPTY_TAG, LFU_MAX
+from ssl_rec.hardware.kernels.table_meta import CACHE_WAYS, EMPTY_TAG, LFU_MAX
 
 __all__ = ["assign_slots", "plru_touch", "plru_victim"]
 

@@ -4,6 +4,14 @@
 #include "ops.h"
 #include "profile.h"
 
+// The key of the sources and flags this binary was built from (build_spec.source_key), passed
+// as -DSSL_REC_BUILD_KEY=<hex> so that a stale binary is recognised instead of used.
+#ifndef SSL_REC_BUILD_KEY
+#define SSL_REC_BUILD_KEY unknown
+#endif
+#define SSL_REC_STRINGIFY_(x) #x
+#define SSL_REC_STRINGIFY(x) SSL_REC_STRINGIFY_(x)
+
 namespace py = pybind11;
 using sslrec::Plan;
 using sslrec::Tables;
@@ -117,4 +125,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("phase_seconds", &phase_seconds, "per-phase seconds; on: keep counting; reset: zero",
         py::arg("on") = true, py::arg("reset") = true);
   m.def("simd_name", [] { return std::string(sslrec::variant().name); });
+  m.def("build_key", [] { return std::string(SSL_REC_STRINGIFY(SSL_REC_BUILD_KEY)); },
+        "key of the sources and flags of this build");
 }

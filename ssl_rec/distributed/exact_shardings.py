@@ -1,0 +1,42 @@
+"""Which shardings of a table are exact on a topology: whole cache sets on every shard.
+
+Shared by the fixed layouts of :mod:`~ssl_rec.distributed.planner` and the constraints it
+hands TorchRec's planner in :mod:`~ssl_rec.distributed.torchrec_planner` (which imports
+TorchRec, so it lives apart and the planner imports it only for ``auto`` plans).
+"""
+
+from __future__ import annotations
+
+from ssl_rec.distributed.cost_model import TableInfo
+from ssl_rec.distributed.table_placement import ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
+from ssl_rec.hardware.cache import cache_geometry
+
+__all__ = ["allowed_types"]
+
+
+def allowed_types(table: TableInfo, world_size: int, local_world_size: int) -> list[str]:
+    """Shardings of ``table`` that are exact (whole cache sets per shard) on this topology.
+
+    Args:
+        table: The table (rows and precision spec).
+        world_size: W, the ranks in all.
+        local_world_size: Ranks per host.
+
+    Returns:
+        ``table_wise`` always; ``row_wise`` when the rows and cache sets split over W ranks;
+        ``table_row_wise`` when there are several hosts and they split over a host's ranks.
+
+    """
+    sets = cache_geometry(table.rows, table.spec)
+    types = [TABLE_WISE]
+    if world_size > 1 and table.rows >= world_size and sets % world_size == 0:
+        types.append(ROW_WISE)
+    hosts = world_size // local_world_size if local_world_size else 1
+    if (
+        hosts > 1
+        and local_world_size > 1
+        and world_size % local_world_size == 0
+        and (table.rows >= local_world_size and sets % local_world_size == 0)
+    ):
+        types.append(TABLE_ROW_WISE)
+    return types

@@ -1,0 +1,178 @@
+"""Routing of one-id-per-field lookups between ranks, for a fixed plan.
+
+A rank sends, for every (table, shard) hosted by rank ``r``, the ids of its local samples that
+the shard holds: every id of a whole table, the ids ``g`` with ``g % n == j`` of shard ``j``
+of a row-split table (as local rows ``g // n``). These are the keys of a KeyedJaggedTensor
+ordered by destination rank, as TorchRec's ``KJTAllToAll`` expects. The rows come back by two
+TorchRec collectives: whole tables by the pooled-embedding all-to-all (one row per sample and
+table), row-split tables by the sequence-embedding all-to-all (one row per sent id, which
+returns exactly the ids each rank sent, W times fewer bytes than a reduce-scatter of
+per-sample partial sums when every field holds one id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from ssl_rec.distributed.table_placement import TablePlacement
+
+__all__ = ["Routing", "SentIds"]
+
+
+@dataclass
+class SentIds:
+    """What one rank sent in a step, to put the returned rows back in place.
+
+    Attributes:
+        keys: KJT key names, ordered by destination rank.
+        lengths: int32[sum over keys of B] per-sample id counts (0 or 1).
+        values: int64 local row ids, key-major.
+        piece_positions: int64[N] output position ``b * F + t`` of each row-split id sent.
+        piece_sent: Row-split ids sent to each rank (W ints).
+
+    """
+
+    keys: list[str]
+    lengths: torch.Tensor
+    values: torch.Tensor
+    piece_positions: torch.Tensor
+    piece_sent: list[int] = field(default_factory=list)
+
+
+class Routing:
+    """Static routing of a collection's tables under a plan.
+
+    Args:
+        names: Table names, in collection order (F tables).
+        plan: Table name -> placement.
+        world_size: W.
+        rank: This rank.
+
+    Attributes:
+        whole: Per rank, the tables it holds whole (table indices, in table order).
+        pieces: Per rank, its row-split shards as ``(table, shard index j, shards n)``.
+
+    """
+
+    def __init__(
+        self, names: list[str], plan: Mapping[str, TablePlacement], world_size: int, rank: int
+    ) -> None:
+        self.names, self.world_size, self.rank = list(names), world_size, rank
+        self.whole: list[list[int]] = [[] for _ in range(world_size)]
+        self.pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(world_size)]
+        for t, name in enumerate(names):
+            ranks = plan[name].ranks
+            if len(ranks) == 1:
+                self.whole[ranks[0]].append(t)
+                continue
+            for j, r in enumerate(ranks):
+                self.pieces[r].append((t, j, len(ranks)))
+        # Output columns of the pooled all-to-all: each rank's whole tables, rank after rank.
+        self.whole_order = torch.tensor([t for ts in self.whole for t in ts], dtype=torch.int64)
+
+    @property
+    def num_tables(self) -> int:
+        """F."""
+        return len(self.names)
+
+    @property
+    def has_whole(self) -> bool:
+        """Whether some rank holds a whole table (the pooled all-to-all runs)."""
+        return bool(self.whole_order.numel())
+
+    @property
+    def has_pieces(self) -> bool:
+        """Whether some table is split by rows (the sequence all-to-all runs)."""
+        return any(self.pieces)
+
+    def keys_per_rank(self) -> list[int]:
+        """Number of KJT keys each rank receives (the ``KJTAllToAll`` splits)."""
+        return [len(w) + len(p) for w, p in zip(self.whole, self.pieces, strict=True)]
+
+    def route(self, ids: torch.Tensor) -> SentIds:
+        """Build this rank's KJT contents for its local batch ``ids`` int64[B, F]."""
+        batch, num_tables = ids.shape
+        keys, lengths, values, positions = [], [], [], []
+        piece_sent = []
+        ones = torch.ones(batch, dtype=torch.int32)
+        for dest in range(self.world_size):
+            sent = 0
+            for t in self.whole[dest]:
+                keys.append(f"{self.names[t]}@{dest}")
+                lengths.append(ones)
+                values.append(ids[:, t])
+            for t, j, n in self.pieces[dest]:
+                mask = ids[:, t] % n == j
+                keys.append(f"{self.names[t]}@{dest}")
+                lengths.append(mask.to(torch.int32))
+                values.append(ids[mask, t] // n)
+                positions.append(mask.nonzero().squeeze(1) * num_tables + t)
+                sent += int(lengths[-1].sum())
+            piece_sent.append(sent)
+        return SentIds(
+            keys=keys,
+            lengths=torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.int32),
+            values=torch.cat(values) if values else torch.zeros(0, dtype=torch.int64),
+            piece_positions=torch.cat(positions)
+            if positions
+            else torch.zeros(0, dtype=torch.int64),
+            piece_sent=piece_sent,
+        )
+
+    def split_received(
+        self, values: torch.Tensor, lengths: torch.Tensor, global_batch: int
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+        """Split the ids this rank received into its shards' ids.
+
+        Args:
+            values: int64 received local ids, key-major (this rank's keys in routing order).
+            lengths: int32[keys * global_batch] per-sample counts.
+            global_batch: B_global, the sum of the ranks' batches.
+
+        Returns:
+            ``(whole_ids int64[B_global, T_whole], piece ids per shard, row-split ids
+            received from each rank)``.
+
+        """
+        whole, pieces = self.whole[self.rank], self.pieces[self.rank]
+        per_key = lengths.view(len(whole) + len(pieces), global_batch)
+        counts = per_key.sum(1).tolist()
+        chunks = list(values.split([int(c) for c in counts]))
+        whole_ids = (torch.stack(chunks[: len(whole)], 1) if whole
+                     else torch.zeros(global_batch, 0, dtype=torch.int64))  # fmt: skip
+        received = [0] * self.world_size
+        if pieces:
+            by_source = per_key[len(whole) :].view(len(pieces), self.world_size, -1)
+            received = by_source.sum((0, 2)).tolist()
+        return whole_ids.contiguous(), [c.contiguous() for c in chunks[len(whole) :]], received
+
+    def assemble(
+        self,
+        whole_rows: torch.Tensor,
+        piece_rows: torch.Tensor,
+        sent: SentIds,
+        batch: int,
+        dim: int,
+    ) -> torch.Tensor:
+        """Put the returned rows in field order: float32[B, F, D].
+
+        Args:
+            whole_rows: float32[B, T_whole_all * D] from the pooled all-to-all (columns per
+                rank, in ``whole_order``).
+            piece_rows: float32[N, D] from the sequence all-to-all, in the order sent.
+            sent: What this rank sent.
+            batch: Local batch B.
+            dim: D.
+
+        """
+        num_tables = self.num_tables
+        samples = torch.arange(batch, dtype=torch.int64)[:, None] * num_tables
+        whole_pos = (samples + self.whole_order[None, :]).reshape(-1)
+        positions = torch.cat([whole_pos, sent.piece_positions])
+        rows = torch.cat([whole_rows.reshape(-1, dim), piece_rows.reshape(-1, dim)])
+        order = torch.empty_like(positions)
+        order[positions] = torch.arange(positions.numel(), dtype=torch.int64)
+        return rows[order].view(batch, num_tables, dim)

