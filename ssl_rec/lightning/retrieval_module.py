@@ -93,6 +93,8 @@ class RetrievalModule(pl.LightningModule):
         objectives = build_objectives(item_objectives or {}, owner)
         self.item_weights = _item_weights(objectives, item_weights)
         schema = as_schema(schema).to_dict()
+        if isinstance(loss, Mapping):  # as the checkpoint's hyperparameters record it
+            loss = instantiate_config(loss, SampledSoftmax, f"{owner}.loss")
         loss = loss if loss is not None else SampledSoftmax()
         self.save_hyperparameters(module_hparams(
             self, towers=towers, schema=schema, loss=loss, log_q=log_q,

@@ -1,18 +1,22 @@
-"""MovieLens-100k as retrieval data: the per-user split, the catalogue and the history."""
+"""MovieLens-100k as retrieval data: the split, the catalogue, the history; bad configs."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from ssl_rec.cli import main
 from ssl_rec.data.sources.movielens_retrieval import (
     MovieLensRetrievalDataModule,
     encode_column,
     leave_last_out,
 )
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "retrieval" / "movielens.yaml"
 
 
 def test_leave_last_out_holds_out_each_users_last_two_positives() -> None:
@@ -53,3 +57,23 @@ def test_movielens_split_catalogue_and_history(movielens: MovieLensRetrievalData
     assert train <= history and len(train) + len(held_out) == 55375  # ratings >= 4
     batch = next(iter(dm.train_dataloader()))
     assert batch.sparse.shape == (256, 8) and batch.dense.shape == (256, 1)
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("--model.init_args.towers.init_args.query_fields=[user_id,nope]", "unknown ['nope']"),
+        ("--model.init_args.loss.init_args.temperature=0", "temperature must be > 0, got 0.0"),
+    ],
+)
+def test_a_bad_retrieval_config_is_one_line_and_exit_2(
+    movielens: MovieLensRetrievalDataModule, override: str, words: str, tmp_path, capsys
+) -> None:
+    argv = ["fit", "--config", str(CONFIG), override,
+            "--trainer.fast_dev_run=1", "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}"]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert words in err[-1] and "Traceback" not in "\n".join(err)

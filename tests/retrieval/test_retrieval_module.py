@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from ssl_rec.evaluation import ItemCatalogue, Retriever, tail_items
 from ssl_rec.lightning import RetrievalModule
 from ssl_rec.models import TowerEncoder, TwoTowerModel
-from ssl_rec.objectives import InfoNCE
+from ssl_rec.objectives import InfoNCE, SampledSoftmax
 from ssl_rec.schema import CategoricalField, FeatureSchema
 from ssl_rec.types import Batch
 
@@ -104,6 +104,18 @@ def test_training_learns_the_clusters(tmp_path) -> None:
     # 4 unseen items share the user's cluster: a learned ranking puts them in the top 10.
     assert after["val/recall@10"] == 1.0 > before["val/recall@10"]
     assert after["val/ndcg@10"] > before["val/ndcg@10"]
+
+
+def test_the_recorded_hyperparameters_rebuild_the_module() -> None:
+    m = module(loss=SampledSoftmax(temperature=0.2),
+               item_objectives={"cfm": InfoNCE(projection_dim=8, hidden=16)})  # fmt: skip
+    args = {k: v for k, v in m.hparams.items() if not k.startswith("_")}
+    assert isinstance(args["loss"], dict) and isinstance(args["towers"], dict)
+    again = RetrievalModule(**args)  # what load_from_checkpoint does
+    assert isinstance(again.loss, SampledSoftmax) and again.loss.temperature == 0.2
+    assert isinstance(again.item_objectives["cfm"], InfoNCE)
+    assert again.towers.output_dim == 16
+    again.load_state_dict(m.state_dict())
 
 
 def test_bad_arguments_name_the_key() -> None:

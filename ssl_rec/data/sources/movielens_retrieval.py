@@ -45,7 +45,7 @@ def leave_last_out(users: np.ndarray, positive: np.ndarray) -> np.ndarray:
     split = np.zeros(len(users), dtype=np.int8)
     rows = np.flatnonzero(positive)
     order = rows[np.argsort(users[rows], kind="stable")]  # by user, then time
-    ids, start, counts = np.unique(users[order], return_index=True, return_counts=True)
+    _, start, counts = np.unique(users[order], return_index=True, return_counts=True)
     for first, count in zip(start, counts, strict=True):
         if count >= 3:
             split[order[first + count - 1]] = 2
@@ -142,7 +142,7 @@ class MovieLensRetrievalDataModule(pl.LightningDataModule):
 
     def _batch(self, rows: list[torch.Tensor]) -> Batch:
         index = torch.stack(rows)
-        return Batch(self._dense[index], self._sparse[index], row_id=index)
+        return Batch(self._dense[index], self._sparse[index])
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled training positives."""
