@@ -116,6 +116,19 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in ``path``.
+
+    Raises:
+        ValueError: the file is not valid JSON; the message names the file and the error.
+
+    """
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory that is renamed to ``path`` when the block succeeds.

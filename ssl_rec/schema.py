@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ssl_rec._io import atomic_write_json
+from ssl_rec._io import atomic_write_json, read_json
 
 SCHEMA_FILENAME = "schema.json"
 SCHEMA_VERSION = 1
@@ -155,8 +154,4 @@ class FeatureSchema:
             path = path / SCHEMA_FILENAME
         if not path.is_file():
             raise FileNotFoundError(f"no feature schema at {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path))

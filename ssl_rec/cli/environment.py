@@ -18,6 +18,11 @@ _NOISY_WARNINGS = (
     # Said on every resume: fit refuses a directory holding another run's checkpoints
     # (ssl_rec.cli.run_dir), so a non-empty one is this run's own.
     (r"Checkpoint directory .* exists and is not empty", UserWarning),
+    # validate/test/predict from a checkpoint: the fit's callbacks have nothing to restore
+    # there (a fit always builds its config's callbacks).
+    (r"Be aware that when using `ckpt_path`, callbacks used to create", UserWarning),
+    # A checkpoint command without --config; "Seed set to 0" follows anyway.
+    (r"No seed found, seed set to", UserWarning),
 )
 _NOISY_LOG_PREFIXES = ("💡 Tip:", "TPU available:", "GPU available: False")
 

@@ -183,6 +183,7 @@ class SSLRecCLI(LightningCLI):
             for directory in checkpoint_dirs(config):
                 remove_stale_checkpoint_temporaries(directory)  # of writers killed earlier
         set_wandb_run(self.subcommand, config)  # after the guard: a refused fit records nothing
+        self._make_logger_dir(config)
         if self.subcommand == "predict":
             predict_whole_files(config)
         source = vocabulary_source(self.subcommand, config)
@@ -203,6 +204,13 @@ class SSLRecCLI(LightningCLI):
         if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
             if init_args.get("save_dir") in (None, "."):
                 init_args.save_dir = root
+
+    @staticmethod
+    def _make_logger_dir(config: Any) -> None:
+        # Only once the command is known to run: a refused fit leaves no directory behind.
+        logger = config.trainer.get("logger")
+        init_args = getattr(logger, "init_args", None)
+        if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
             os.makedirs(init_args.save_dir, exist_ok=True)
 
 

@@ -95,6 +95,17 @@ class ProgressLinesBar(ProgressBar):
             return True
         return False
 
+    def _count(self, verb: str) -> None:
+        """Count a batch of a test or predict run (no known total): a line when one is due."""
+        self._done += 1
+        if self._due(self._done, math.inf, max_only=True):
+            self._write(f"{verb}: batch {self._done}")
+
+    def _total(self, verb: str) -> None:
+        """The last line of a test or predict run: batches done and time."""
+        elapsed = duration(self.clock() - self._start)
+        self._write(f"{verb}: {self._done} batches in {elapsed}")
+
     def _rate(self, done: int) -> str:
         elapsed = max(self.clock() - self._start, 1e-9)
         return f"{done / elapsed:.3g} it/s"
@@ -151,14 +162,11 @@ class ProgressLinesBar(ProgressBar):
         batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
         """Count the batch; during a long test, a line every ``max_interval`` seconds."""
-        self._done += 1
-        if self._due(self._done, math.inf, max_only=True):
-            self._write(f"testing: batch {self._done}")
+        self._count("testing")
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """One line: batches tested and time."""
-        elapsed = duration(self.clock() - self._start)
-        self._write(f"testing: {self._done} batches in {elapsed}")
+        self._total("testing")
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start timing the predict run."""
@@ -169,14 +177,11 @@ class ProgressLinesBar(ProgressBar):
         batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
         """Count the batch; during a long run, a line every ``max_interval`` seconds."""
-        self._done += 1
-        if self._due(self._done, math.inf, max_only=True):
-            self._write(f"predicting: batch {self._done}")
+        self._count("predicting")
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """One line: batches predicted and time."""
-        elapsed = duration(self.clock() - self._start)
-        self._write(f"predicting: {self._done} batches in {elapsed}")
+        self._total("predicting")
 
 
 def plain_progress_callbacks(config: dict[str, Any], given: list[Any]) -> list[Any]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +34,7 @@ from ssl_rec._io import (
     atomic_write_bytes,
     atomic_write_json,
     directory_checksums,
+    read_json,
     verify_file,
 )
 from ssl_rec.class_paths import UntrustedClassPath, check_class_paths
@@ -181,10 +181,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = Path(path) / MANIFEST_FILENAME
     if not file.is_file():
         raise FileNotFoundError(f"{path}: not a quantized model directory (no {MANIFEST_FILENAME})")
-    try:
-        manifest = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: not valid JSON ({e})") from e
+    manifest = read_json(file)
     if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
         raise ValueError(f"{file}: not the manifest of a quantized ssl-rec model")
     if manifest.get("format") != FORMAT:
@@ -218,10 +215,7 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = Path(path) / REPORT_FILENAME
     if not verify_quantized_file(path, REPORT_FILENAME) and not file.is_file():
         return {}
-    try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: not valid JSON ({e})") from e
+    return read_json(file)
 
 
 def load_quantized(path: str | os.PathLike[str]) -> InferenceCTRModel:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from cli_outcome import error_line, refused
 
 from ssl_rec.class_paths import UntrustedClassPath, allowed_classes, check_class_paths
 from ssl_rec.cli import main
@@ -127,24 +128,6 @@ def _marker(path: Path) -> Path:
     return path.with_suffix(".marker")
 
 
-def _one_error_line(err: str) -> str:
-    lines = [line.split("ssl-rec: error:")[1] for line in err.splitlines()
-             if "ssl-rec: error:" in line]  # fmt: skip
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
-
-
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *parts: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    message = _one_error_line(capsys.readouterr().err)
-    for part in parts:
-        assert part in message, (part, message)
-    return message
-
-
 COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
     "test": lambda ckpt, t: ["test", "--ckpt_path", str(ckpt), "--trainer.logger=false",
                              f"--trainer.default_root_dir={t / 'test'}"],
@@ -171,7 +154,7 @@ def test_every_command_refuses_a_class_path_outside_the_allow_list(
     command: str, hostile: dict[str, Path], tmp_path: Path, capsys
 ) -> None:
     ckpt = hostile["encoder"]
-    _refused(COMMANDS[command](ckpt, tmp_path), capsys, str(ckpt), "'os.system'",
+    refused(COMMANDS[command](ckpt, tmp_path), capsys, str(ckpt), "'os.system'",
              "hyper_parameters.backbone.init_args.encoder", "--allow_class")  # fmt: skip
     assert not _marker(ckpt).exists()
     # refused before the command wrote anything: no output, run directory lock or config
@@ -184,7 +167,7 @@ def test_test_command_refuses_each_place_a_config_is_rebuilt_from(
 ) -> None:
     _, key, class_path = CRAFTS[craft]
     ckpt = hostile[craft]
-    _refused(COMMANDS["test"](ckpt, tmp_path), capsys, ckpt.name, key, class_path)
+    refused(COMMANDS["test"](ckpt, tmp_path), capsys, ckpt.name, key, class_path)
     assert not _marker(ckpt).exists()
 
 
@@ -217,7 +200,7 @@ def test_a_checkpoint_ckpt_path_from_a_config_file_is_checked_too(
     """``ckpt_path`` in a YAML reaches LightningCLI's own reading of the hyperparameters."""
     config = tmp_path / "test.yaml"
     config.write_text(f"ckpt_path: {hostile['encoder']}\n")
-    _refused(["test", "--config", "configs/ctr/synthetic.yaml", "--config", str(config),
+    refused(["test", "--config", "configs/ctr/synthetic.yaml", "--config", str(config),
               "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"],
              capsys, "'os.system'")  # fmt: skip
     assert not _marker(hostile["encoder"]).exists()
@@ -230,7 +213,7 @@ def test_the_console_script_prints_one_line_and_runs_nothing(hostile: dict[str, 
     out = subprocess.run([sys.executable, "-c", code, "test", "--ckpt_path", str(ckpt)],
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert out.returncode == 2, out.stderr
-    assert "'os.system'" in _one_error_line(out.stderr)
+    assert "'os.system'" in error_line(out.stderr)
     assert not _marker(ckpt).exists()
 
 
@@ -288,7 +271,7 @@ def test_allow_class_option_lets_a_users_class_through_the_command_line(
 ) -> None:
     monkeypatch.syspath_prepend(str(work))
     argv = COMMANDS["export"](user_ckpt, tmp_path)
-    _refused(argv, capsys, "'user_encoders.UserEncoder'", "--allow_class")
+    refused(argv, capsys, "'user_encoders.UserEncoder'", "--allow_class")
     main([*argv, "--allow_class", "user_encoders"])
     assert (tmp_path / "export").is_dir()
     main([*COMMANDS["test"](user_ckpt, tmp_path), "--allow_class=user_encoders"])
@@ -344,7 +327,7 @@ def test_a_quantized_directory_naming_os_system_is_refused(
     directory = _hostile_quantized(quantized_dir, tmp_path / "q", key)
     with pytest.raises(UntrustedClassPath, match=path):
         load_quantized(directory)
-    _refused(["predict", "--ckpt_path", str(directory), "--out", str(tmp_path / "p.csv")],
+    refused(["predict", "--ckpt_path", str(directory), "--out", str(tmp_path / "p.csv")],
              capsys, "manifest.json", path, "'os.system'")  # fmt: skip
     assert not _marker(directory).exists()
 
@@ -371,7 +354,7 @@ def test_allow_class_option_is_taken_out_of_the_command_line() -> None:
     [(["--allow_class"], "--allow_class needs a value"), (["--allow_class=a b"], "'a b'")],
 )  # fmt: skip
 def test_a_bad_allow_class_is_a_one_line_error(argv: list[str], expected: str, capsys) -> None:
-    _refused(["export", *argv], capsys, expected)
+    refused(["export", *argv], capsys, expected)
 
 
 def test_an_allowed_prefix_is_a_package_boundary(tmp_path: Path) -> None:

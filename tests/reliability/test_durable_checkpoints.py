@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_outcome import error_line
+from tiny_ctr_config import write_tiny_ctr_config
 
 from ssl_rec._io import ChecksumError
 from ssl_rec.cli import main
@@ -48,22 +50,10 @@ def _step_callback(directory: Path, version_counter: bool | None = None) -> Path
 
 def _config(directory: Path, cache: Path, **callback: bool) -> Path:
     """A tiny CTR fit (64-row batches, no validation) checkpointing every step."""
-    config = {
-        "seed_everything": 0,
-        "trainer": {
-            "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
-            "num_sanity_val_steps": 0, "limit_val_batches": 0,
-            "callbacks": [str(_step_callback(directory, **callback))],
-        },
-        "model": {"class_path": "ssl_rec.lightning.CTRModule",
-                  "init_args": {"backbone": str(ROOT / "configs/common/backbone/dlrm.yaml")}},
-        "data": {"class_path": "ssl_rec.data.SyntheticCTRDataModule",
-                 "init_args": {"n_train": 1024, "n_val": 128, "n_test": 128, "batch_size": 64,
-                               "cache_dir": str(cache)}},
-    }  # fmt: skip
-    path = directory / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    trainer = {"limit_val_batches": 0, "callbacks": [str(_step_callback(directory, **callback))]}
+    data = {"n_train": 1024, "n_val": 128, "n_test": 128, "batch_size": 64,
+            "cache_dir": str(cache)}  # fmt: skip
+    return write_tiny_ctr_config(directory, trainer, data)
 
 
 def _fit(config: Path, root: Path, max_steps: int, *extra: str) -> list[str]:
@@ -77,13 +67,6 @@ def _files(directory: Path) -> list[str]:
 
 def _temporaries(directory: Path) -> list[str]:
     return [name for name in _files(directory) if name.endswith(TEMPORARY)]
-
-
-def _error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if "ssl-rec: error:" in line]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture
@@ -285,7 +268,7 @@ def test_disk_full_during_a_save_is_one_line_and_keeps_the_previous_files(
     with pytest.raises(SystemExit) as exit_info:
         main(_fit(config, root, 4))
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"cannot save checkpoint to {directory}: no space left on device (needs " in line
     assert " MB" in line
     assert _files(directory) == ["last.ckpt", "step2.ckpt"]  # no step3.ckpt, no temporary
@@ -332,7 +315,7 @@ def test_corrupt_checkpoint_at_the_command_line_is_one_line_exit_2(
     with pytest.raises(SystemExit) as exit_info:
         main(["test", "--ckpt_path", str(bad), "--trainer.logger=false"])
     assert exit_info.value.code == 2
-    assert f"{bad}: corrupt checkpoint: tensor " in _error_line(capsys.readouterr().err)
+    assert f"{bad}: corrupt checkpoint: tensor " in error_line(capsys.readouterr().err)
 
 
 def test_resume_from_a_corrupt_last_checkpoint_is_refused(
@@ -346,7 +329,7 @@ def test_resume_from_a_corrupt_last_checkpoint_is_refused(
     with pytest.raises(SystemExit) as exit_info:
         main(_fit(config, root, 6, "--ckpt_path", "last"))
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"{root / 'checkpoints' / 'last.ckpt'}: corrupt checkpoint: tensor " in line
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from cli_outcome import error_line
 
 from ssl_rec._io import ChecksumError, file_checksum
 from ssl_rec.cli import main
@@ -42,13 +43,6 @@ def _flip(path: Path, length: int = 1) -> None:
     path.write_bytes(bytes(data))
 
 
-def _error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if "ssl-rec: error:" in line]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
-
-
 def _synthetic_entry(tmp_path: Path) -> Path:
     """The cache entry ``ssl-rec fit --config configs/ctr/synthetic.yaml`` with SIZES uses."""
     data = SyntheticCTRDataModule(**SIZES, batch_size=4096, cache_dir=str(tmp_path / "cache"))
@@ -71,7 +65,7 @@ def test_a_changed_cache_shard_stops_fit_with_one_line(tmp_path, capsys) -> None
     with pytest.raises(SystemExit) as exit_info:
         main(_fit_synthetic(tmp_path))
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert str(shard) in line and f"delete {entry}" in line, line
 
 
@@ -135,7 +129,7 @@ def test_an_edited_quantized_vocabulary_stops_predict_with_one_line(
         main(["predict", "--ckpt_path", str(directory), "--data.path", str(quantized[1]),
               "--out", str(out)])  # fmt: skip
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert str(directory / "vocabulary.arrow") in line and "ssl-rec quantize" in line, line
     assert not out.exists()
     with pytest.raises(ChecksumError, match="vocabulary.arrow"):
@@ -228,7 +222,7 @@ def test_a_nan_loss_stops_fit_with_one_line(tmp_path, capsys, config, names) -> 
     with pytest.raises(SystemExit) as exit_info:
         main(_fit_synthetic(tmp_path, config))
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     for part in names:
         assert part in line, (part, line)
 
@@ -244,7 +238,7 @@ def test_the_finite_checks_are_registered_for_fit_and_can_be_turned_off(tmp_path
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert "step 1" in line and "non-finite" in line, line
     assert not list((tmp_path / "run").rglob("*.ckpt"))
 

@@ -3,51 +3,45 @@ exit status 2, no retry."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_outcome import SYNTHETIC_SIZES, error_line, exit_code, synthetic_fit
 
 from ssl_rec._io import DiskFullError, atomic_directory
 from ssl_rec.cli import main
 from ssl_rec.cli.errors import disk_full_names, guarded
 from ssl_rec.data import SyntheticCTRDataModule, storage
 
-SIZES = {"n_train": 500, "n_val": 100, "n_test": 100}
-QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false",
-         "--trainer.enable_model_summary=false"]  # fmt: skip
 
+@contextlib.contextmanager
+def _tmpfs(directory: Path, size: int | str) -> Iterator[Path]:
+    """``directory``, created, with a tmpfs of ``size`` bytes (or ``"64k"``) mounted on it.
 
-def _fit(cache: Path, root: Path, *extra: str) -> list[str]:
-    sizes = [f"--data.init_args.{k}={v}" for k, v in SIZES.items()]
-    return ["fit", "--config", "configs/ctr/synthetic.yaml", *sizes,
-            f"--data.init_args.cache_dir={cache}", f"--trainer.default_root_dir={root}",
-            *QUIET, *extra]  # fmt: skip
-
-
-def _error_line(err: str) -> str:
-    """The one error line, which must be the last line printed."""
-    lines = [line for line in err.splitlines() if "ssl-rec: error:" in line]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert "ssl-rec: error:" in err.strip().splitlines()[-1], err
-    return lines[0]
-
-
-def _exit_code(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    return exit_info.value.code
+    Unmounted on exit; the test is skipped where mounting is not allowed (root only).
+    """
+    directory.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                           capture_output=True, text=True)  # fmt: skip
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", str(directory)], check=True)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> tuple[Path, Path]:
     """``(cache_dir, last.ckpt)`` of a one-step CTR fit."""
     base = tmp_path_factory.mktemp("operator")
-    main(_fit(base / "cache", base / "run", "--trainer.max_steps=1"))
+    main(synthetic_fit(base / "cache", base / "run", "--trainer.max_steps=1"))
     return base / "cache", base / "run" / "checkpoints" / "last.ckpt"
 
 
@@ -70,8 +64,8 @@ def test_a_failing_preprocessing_is_attempted_once_and_reported_in_one_line(
 
     monkeypatch.setattr(storage.ShardWriter, "write", failing_write)
     cache = tmp_path / "cache"
-    assert _exit_code(_fit(cache, tmp_path / "run")) == 2
-    line = _error_line(capsys.readouterr().err)
+    assert exit_code(synthetic_fit(cache, tmp_path / "run")) == 2
+    line = error_line(capsys.readouterr().err)
     assert expected in line, line
     assert len(attempts) == 1, attempts  # no retry (LightningDataModule.__str__ rebuilt it)
     if case == "disk full":
@@ -93,7 +87,7 @@ def test_a_full_disk_met_during_a_run_names_the_run_directory(tmp_path, capsys) 
     with pytest.raises(SystemExit) as exit_info:
         guarded(save_checkpoint, [])
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"no space left on device writing {tmp_path / 'run'}" in line, line
 
 
@@ -110,18 +104,10 @@ def test_a_full_disk_inside_an_artifact_directory_names_the_directory(tmp_path) 
 
 def test_a_real_full_disk_while_preprocessing_is_one_line(tmp_path, capsys) -> None:
     """On a 256 KiB tmpfs (root only; skipped where mounting is not allowed)."""
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
-                           capture_output=True, text=True)  # fmt: skip
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
-    try:
-        assert _exit_code(_fit(small / "cache", tmp_path / "run")) == 2
-        line = _error_line(capsys.readouterr().err)
+    with _tmpfs(tmp_path / "small", "256k") as small:
+        assert exit_code(synthetic_fit(small / "cache", tmp_path / "run")) == 2
+        line = error_line(capsys.readouterr().err)
         assert f"no space left on device writing {small / 'cache'}/synthetic-" in line, line
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
 
 
 def test_a_real_full_disk_while_saving_a_quantized_model_names_it(checkpoint, tmp_path) -> None:
@@ -138,21 +124,13 @@ def test_a_real_full_disk_while_saving_a_quantized_model_names_it(checkpoint, tm
     probe = save_quantized(model, tmp_path / "probe", {})
     before = sum(f.stat().st_size for f in probe.iterdir() if f.name != "manifest.json")
     size = before - (probe / "model.pt").stat().st_size // 2 + 64 * 1024  # + directory pages
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(small)],
-                           capture_output=True, text=True)  # fmt: skip
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
-    try:
+    with _tmpfs(tmp_path / "small", size) as small:
         with pytest.raises(DiskFullError) as info:
             save_quantized(model, small / "q", {})
         assert info.value.errno == errno.ENOSPC
         assert str(info.value.strerror).startswith("no space left on device writing "), info.value
         assert "model.pt" in str(info.value.__cause__), repr(info.value.__cause__)
         assert list(small.iterdir()) == []
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
 
 
 def test_a_full_disk_while_writing_a_faiss_index_is_a_disk_full_error(tmp_path) -> None:
@@ -167,21 +145,13 @@ def test_a_full_disk_while_writing_a_faiss_index_is_a_disk_full_error(tmp_path) 
     index.add(np.random.default_rng(0).random((2000, 64), dtype=np.float32))  # 512 KB
     with pytest.raises(RuntimeError, match="No such file"):  # other failures stay themselves
         write_faiss_index(index, tmp_path / "absent" / "x.faiss")
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
-                           capture_output=True, text=True)  # fmt: skip
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
-    try:
+    with _tmpfs(tmp_path / "small", "64k") as small:
         with pytest.raises(DiskFullError) as info, atomic_directory(small / "export") as tmp:
             write_faiss_index(index, tmp / "C1.faiss")
         assert info.value.errno == errno.ENOSPC and info.value.filename == str(small / "export")
         assert isinstance(info.value.__cause__, OSError)
         assert info.value.__cause__.filename.endswith("C1.faiss")
         assert list(small.iterdir()) == []
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
 
 
 def test_a_truncated_cache_shard_names_the_file_and_how_to_rebuild(
@@ -189,13 +159,13 @@ def test_a_truncated_cache_shard_names_the_file_and_how_to_rebuild(
 ) -> None:
     monkeypatch.setenv("SSL_REC_VERIFY", "0")  # the open fails, not a checksum (test_integrity)
     cache, _ = checkpoint
-    entry = SyntheticCTRDataModule(**SIZES, cache_dir=str(cache)).data_dir
+    entry = SyntheticCTRDataModule(**SYNTHETIC_SIZES, cache_dir=str(cache)).data_dir
     shard = entry / "train" / "00000.arrow"
     original = shard.read_bytes()
     try:
         shard.write_bytes(original[: len(original) // 2])
-        assert _exit_code(_fit(cache, tmp_path / "run")) == 2
-        line = _error_line(capsys.readouterr().err)
+        assert exit_code(synthetic_fit(cache, tmp_path / "run")) == 2
+        line = error_line(capsys.readouterr().err)
         assert f"{shard}: unreadable preprocessed shard" in line, line
         assert f"delete {entry} to rebuild it" in line, line
     finally:
@@ -210,8 +180,8 @@ def test_an_existing_output_is_refused_with_the_command_line_flag(
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert _exit_code([command, "--ckpt_path", str(ckpt), "--out", str(out)]) == 2
-    line = _error_line(capsys.readouterr().err)
+    assert exit_code([command, "--ckpt_path", str(ckpt), "--out", str(out)]) == 2
+    line = error_line(capsys.readouterr().err)
     assert f"{out} already exists; pass --overwrite true to replace it" in line, line
     assert (out / "keep.txt").read_text() == "mine"
 
@@ -226,7 +196,7 @@ def test_no_wandb_temp_dirs_are_left_in_tmpdir(checkpoint, tmp_path) -> None:
     cache, _ = checkpoint
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
-    argv = _fit(cache, tmp_path / "run", "--trainer.max_steps=1")
+    argv = synthetic_fit(cache, tmp_path / "run", "--trainer.max_steps=1")
     code = ("import os, sys; from ssl_rec.cli import main; main(sys.argv[1:]); "
             "print('wandb' in sys.modules, flush=True); os._exit(0)")  # fmt: skip
     env = {**os.environ, "TMPDIR": str(tmpdir)}

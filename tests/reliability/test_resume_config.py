@@ -12,6 +12,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
+from cli_outcome import error_line, synthetic_fit
 
 from ssl_rec.cli import main
 from ssl_rec.cli.fit_guard import ConfiguredOptimizers
@@ -24,30 +25,11 @@ from ssl_rec.cli.run_dir import (
     release_run,
 )
 
-SIZES = {"n_train": 500, "n_val": 100, "n_test": 100}
-QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false",
-         "--trainer.enable_model_summary=false"]  # fmt: skip
 BACKBONE = "--model.init_args.backbone.init_args"
 
 
-def _fit(cache: Path, root: Path, *extra: str) -> list[str]:
-    sizes = [f"--data.init_args.{k}={v}" for k, v in SIZES.items()]
-    return ["fit", "--config", "configs/ctr/synthetic.yaml", *sizes,
-            f"--data.init_args.cache_dir={cache}", f"--trainer.default_root_dir={root}",
-            *QUIET, *extra]  # fmt: skip
-
-
 def _resume(cache: Path, root: Path, *extra: str) -> list[str]:
-    return _fit(cache, root, f"--ckpt_path={root / 'checkpoints' / 'last.ckpt'}", *extra)
-
-
-def _error_line(err: str) -> str:
-    """The one error line, which must be the last line printed."""
-    lines = [line for line in err.splitlines() if "ssl-rec: error:" in line]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert "ssl-rec: error:" in err.strip().splitlines()[-1], err
-    return lines[0]
+    return synthetic_fit(cache, root, f"--ckpt_path={root / 'checkpoints' / 'last.ckpt'}", *extra)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +37,7 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     """``(cache_dir, run_dir)`` of a one-step fit (FP32 tables, D = 16, lr 0.001)."""
     base = tmp_path_factory.mktemp("resume")
     cache, root = base / "cache", base / "run"
-    main(_fit(cache, root, "--trainer.max_steps=1"))
+    main(synthetic_fit(cache, root, "--trainer.max_steps=1"))
     return cache, root
 
 
@@ -82,7 +64,7 @@ def test_a_structural_change_on_resume_is_refused_in_one_line(trained, case, cap
     with pytest.raises(SystemExit) as exit_info:
         main(_resume(cache, root, override))
     assert exit_info.value.code == 2
-    line = _error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"cannot resume {ckpt}" in line, line
     for part in expected:
         assert part in line, (part, line)
@@ -93,7 +75,7 @@ def test_a_structural_change_on_resume_is_refused_in_one_line(trained, case, cap
 def test_non_structural_overrides_are_applied_logged_and_recorded(trained, tmp_path, capsys):
     cache, _ = trained
     root, batches = tmp_path / "run", "--data.init_args.batch_size=128"  # 4 steps an epoch
-    main(_fit(cache, root, batches, "--trainer.max_steps=1"))
+    main(synthetic_fit(cache, root, batches, "--trainer.max_steps=1"))
     capsys.readouterr()
     lr, steps = "--model.init_args.learning_rate=0.01", "--trainer.max_steps=2"
     main(_resume(cache, root, batches, lr, steps))
@@ -149,9 +131,9 @@ def test_a_second_fit_into_a_busy_run_directory_is_refused(trained, tmp_path, ca
     holder = _hold_lock(root)
     try:
         with pytest.raises(SystemExit) as exit_info:
-            main(_fit(cache, root, "--trainer.max_steps=1"))
+            main(synthetic_fit(cache, root, "--trainer.max_steps=1"))
         assert exit_info.value.code == 2
-        line = _error_line(capsys.readouterr().err)
+        line = error_line(capsys.readouterr().err)
         assert f"{root} is in use by another fit (pid {holder.pid} on " in line, line
         assert not (root / "checkpoints").exists()  # the refused fit wrote nothing
     finally:
@@ -185,7 +167,7 @@ def test_the_run_lock_is_held_during_the_fit_and_released_after(
         self.trainer.callbacks.append(TryLock())
 
     monkeypatch.setattr(SSLRecCLI, "after_instantiate_classes", with_probe)
-    main(_fit(cache, root, "--trainer.max_steps=1"))
+    main(synthetic_fit(cache, root, "--trainer.max_steps=1"))
     assert len(seen) == 1 and f"(pid {os.getpid()} on " in seen[0], seen
     release_run(lock_run([root]))  # free once the command returned
     assert (root / LOCK_FILENAME).read_text() == ""

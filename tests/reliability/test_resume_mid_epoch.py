@@ -18,6 +18,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
+from tiny_ctr_config import write_tiny_ctr_config
 from torch import nn
 
 from ssl_rec.cli import main
@@ -45,23 +46,11 @@ class SignalAtStep(pl.Callback):
 
 def _config(directory: Path, cache: Path) -> Path:
     """A tiny CTR fit (2 epochs of 12 steps, validation each epoch), the shipped callback."""
-    config = {
-        "seed_everything": 0,
-        "trainer": {
-            "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
-            "num_sanity_val_steps": 0, "max_epochs": EPOCHS,
-            "callbacks": [str(ROOT / "configs/common/callbacks/best_val_auc.yaml")],
-        },
-        "model": {"class_path": "ssl_rec.lightning.CTRModule",
-                  "init_args": {"backbone": str(ROOT / "configs/common/backbone/dlrm.yaml")}},
-        "data": {"class_path": "ssl_rec.data.SyntheticCTRDataModule",
-                 "init_args": {"n_train": 64 * STEPS_PER_EPOCH, "n_val": 256, "n_test": 128,
-                               "batch_size": 64, "cache_dir": str(cache),
-                               "synthetic": {"cardinality_scale": 0.0005}}},
-    }  # fmt: skip
-    path = directory / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    trainer = {"max_epochs": EPOCHS,
+               "callbacks": [str(ROOT / "configs/common/callbacks/best_val_auc.yaml")]}  # fmt: skip
+    data = {"n_train": 64 * STEPS_PER_EPOCH, "n_val": 256, "n_test": 128, "batch_size": 64,
+            "cache_dir": str(cache), "synthetic": {"cardinality_scale": 0.0005}}  # fmt: skip
+    return write_tiny_ctr_config(directory, trainer, data)
 
 
 def _fit(config: Path, root: Path, tables: str, *extra: str) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_outcome import exit_code
 from jsonargparse import Namespace
 
 from ssl_rec.cli import main
@@ -48,12 +49,6 @@ def run(tmp_path_factory, write_clicks) -> Path:
     return base / "run"
 
 
-def _exit_code(argv: list[str]) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    return exit_info.value.code
-
-
 def _offline_runs(directory: Path) -> list[str]:
     return sorted(p.name for p in (directory / "wandb").glob("offline-run-*"))
 
@@ -73,7 +68,7 @@ def test_test_from_another_directory_writes_beside_the_run_and_keeps_earlier_res
     assert (run / "test_config.yaml").is_file()
     capfd.readouterr()
 
-    assert _exit_code(["test", "--ckpt_path", str(best), *QUIET]) == 2
+    assert exit_code(["test", "--ckpt_path", str(best), *QUIET]) == 2
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ssl-rec: error:"), err  # one line, nothing else
     assert f"{metrics} already exists" in err[0] and "--overwrite true" in err[0], err
@@ -123,6 +118,7 @@ def test_a_fit_of_a_relative_path_is_tested_from_elsewhere_with_no_wandb_warning
         assert done.returncode == 0, done.stderr[-2000:]
         output = done.stdout + done.stderr
         assert "wandb: WARNING" not in output and "deprecated" not in output.lower(), output
+        assert "Be aware" not in output and "No seed found" not in output, output
     assert "test_auc" in json.loads((data / "run" / "metrics.json").read_text())
     assert list(elsewhere.iterdir()) == []
 
@@ -158,7 +154,7 @@ def test_predict_writes_beside_the_run_and_refuses_a_second_time(
     assert (copy / "predictions.parquet").is_file() and (copy / "predict_config.yaml").is_file()
     assert list(cwd.iterdir()) == []
     capsys.readouterr()
-    assert _exit_code(argv) == 2
+    assert exit_code(argv) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{copy / 'predictions.parquet'} already exists" in last and "--overwrite" in last
 
@@ -174,7 +170,7 @@ def test_a_quantized_predict_keeps_an_existing_predictions_file(
     out.write_bytes(b"an earlier result")
     argv = ["predict", "--ckpt_path", str(quantized), "--out", str(out)]
     capsys.readouterr()
-    assert _exit_code(argv) == 2
+    assert exit_code(argv) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{out} already exists; pass --overwrite true" in last, last
     assert out.read_bytes() == b"an earlier result"

