@@ -20,7 +20,7 @@ constexpr int64_t kInteractScratch = 8;
 constexpr int64_t kServeChunkBytes = 128 * 1024;
 // Numbered as ssl_rec.hardware.precision.Precision.code (a test checks both sides agree).
 enum Kind { kFp32 = 0, kFp16 = 1, kBf16 = 2, kInt8 = 3, kInt4 = 4, kInt2 = 5, kNumKinds = 6 };
-// Column order of the int64[T, 10] table metadata (ssl_rec.hardware.kernels.layout.META_*).
+// Column order of the int64[T, 10] table metadata (ssl_rec.hardware.kernels.table_meta.META_*).
 enum Meta {
   kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim, kRowStride,
   kAdmission, kMetaColumns

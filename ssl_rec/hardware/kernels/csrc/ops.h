@@ -14,7 +14,7 @@ namespace sslrec {
 
 using TensorList = std::vector<at::Tensor>;
 
-// The tables as passed by ssl_rec.hardware.kernels.layout.TableTensors.
+// The tables as passed by ssl_rec.hardware.kernels.table_meta.TableTensors.
 struct Tables {
   TensorList stores, cache_rows, cache_tags, cache_state, stats, momentum;
   at::Tensor meta, hparams;
