@@ -5,6 +5,7 @@ and ``write_clicks``, a small click-log CSV of the kind users bring."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,11 @@ def _write_clicks(path: Path, n: int = 3000, users: int = 40, seed: int = 0) -> 
 def write_clicks() -> Callable[..., None]:
     """``write_clicks(path, n=3000, users=40, seed=0)`` writes a click-log CSV."""
     return _write_clicks
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the session's W&B, HF and preprocessing caches (a run leaves nothing in /tmp)."""
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
