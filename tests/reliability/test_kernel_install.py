@@ -98,7 +98,7 @@ print(load_compiled().__name__)
 
 
 def test_commands_run_no_compiler_and_rebuild_nothing(tmp_path):
-    """The issue's acceptance test without a second venv: a fit, then a training step in
+    """Two installs alternating, without a second venv: a fit, then a training step in
     another working directory with the default build folder under HOME (what a second
     clone's command used to rebuild): no compiler starts, no folder fills, no file changes."""
     binary = _installed_binary()
