@@ -86,6 +86,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "ssl_rec.cli.quantize_commands:monitor_main",
         _REFERENCE,
     ),
+    "retrieve": Subcommand(
+        "top-K items per input row from a two-tower export (--index DIR --data F --out F)",
+        "ssl_rec.cli.retrieve_command:retrieve_main",
+    ),
 }
 
 

@@ -15,8 +15,9 @@ precision they were trained in. Search is exact inner product over the item vect
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -141,14 +142,34 @@ class Retriever:
         return cls(schema, tower, vectors, ids)
 
     @torch.no_grad()
-    def topk(self, rows: Batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scores float32[B, k], item_ids int64[B, k])``, best first, by inner product."""
+    def topk(
+        self, rows: Batch, k: int, exclude: Sequence[Sequence[int] | torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores float32[B, k], item_ids int64[B, k])``, best first, by inner product.
+
+        Args:
+            rows: ``B`` full-schema rows (only the query columns are read).
+            k: items per row, ``1..N``.
+            exclude: per row, item ids never to return (its history); ids outside the
+                catalogue are ignored. A row left with fewer than ``k`` items ends with
+                item id ``-1`` and score ``-inf``.
+
+        """
         if not 1 <= k <= len(self.item_ids):
             raise ValueError(f"Retriever.topk: k={k} must be in 1..{len(self.item_ids)}")
         query = Batch(rows.dense[:, self._dense], rows.sparse[:, self._sparse])
         scores = self.query_tower(query).pooled @ self.vectors.T
+        if exclude is not None:
+            if len(exclude) != len(scores):
+                raise ValueError(
+                    f"Retriever.topk: exclude has {len(exclude)} rows, the batch {len(scores)}"
+                )
+            for row, seen in enumerate(exclude):
+                seen = torch.as_tensor(seen, dtype=torch.long).reshape(-1)
+                scores[row, torch.isin(self.item_ids, seen)] = -math.inf
         top = torch.topk(scores, k, dim=1)
-        return top.values, self.item_ids[top.indices]
+        ids = self.item_ids[top.indices]
+        return top.values, ids.masked_fill(torch.isneginf(top.values), -1)
 
 
 def _checked_manifest(manifest: Any, where: Path) -> Mapping[str, Any]:
