@@ -197,12 +197,18 @@ class RetrievalModule(pl.LightningModule):
         total = self._softmax(batch, "train")
         if self.item_objectives:
             items = self.towers.item_batch(batch)
+            losses = {}
             for name, objective in self.item_objectives.items():
                 out = objective(items, self.towers.item_tower)
-                what = f"the loss of item objective {name!r}"
-                check_finite_loss(out.loss, what, self.global_step)
+                losses[name] = out.loss
                 total = total + self.item_weights[name] * out.loss
                 self._log("train", name, out.logs, batch.batch_size)
+            # One host sync per step: a non-finite objective makes the sum non-finite, and
+            # only then is each objective checked, to name the first one.
+            if not bool(torch.isfinite(total.detach()).all()):
+                for name, loss in losses.items():
+                    what = f"the loss of item objective {name!r}"
+                    check_finite_loss(loss, what, self.global_step)
         self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
 

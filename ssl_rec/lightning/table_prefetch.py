@@ -96,12 +96,17 @@ class TablePrefetch(pl.Callback):
     ) -> None:
         """Schedule the next batch's admission (after this batch's own one)."""
         backbone = pl_module.backbone
+        queue = _admission_queue(pl_module)
         if self._restore is not None:
-            queue = _admission_queue(pl_module)
             if queue is not None:
                 queue.restore_ahead(self._restore)
             self._restore = None
-        discarded = backbone.table_stats()["cache"].get("prefetch_discarded", 0.0)
+        # The queue's own counter: the full cache stats read every table's counters (a host
+        # sync per table on a GPU) on every step.
+        if queue is not None:
+            discarded = float(queue.discarded)
+        else:
+            discarded = backbone.table_stats()["cache"].get("prefetch_discarded", 0.0)
         if discarded > self._discarded:
             self.enabled = False  # the forwards look up other ids than the batch's
         self._discarded = discarded
