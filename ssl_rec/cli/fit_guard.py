@@ -21,13 +21,13 @@ from ssl_rec.cli.named_checkpoints import resolve_named_checkpoint
 from ssl_rec.cli.resume_config import check_resume, log_trainer_changes
 from ssl_rec.cli.run_dir import (
     check_fresh_run,
-    checkpoint_dirs,
     is_global_rank_zero,
     lock_directories,
     lock_run,
     release_run,
 )
 from ssl_rec.distributed.dcp_checkpoint import read_distributed_checkpoint
+from ssl_rec.lightning.checkpoint_extras import VOCABULARY_KEY
 from ssl_rec.lightning.checkpoint_loading import (
     DM_HPARAMS,
     HPARAMS,
@@ -133,17 +133,12 @@ class ConfiguredOptimizers(pl.Callback):
 
 
 def resumed_file(config: Namespace) -> str | None:
-    """The checkpoint ``--ckpt_path`` resumes: a path, or ``last`` in the checkpoint dir.
+    """The checkpoint ``--ckpt_path`` resumes, if it exists (a file or a sharded directory).
 
-    A checkpoint is a file or a sharded (torch.distributed.checkpoint) directory.
+    ``last`` / ``best`` are already files here (:func:`resolve_named_checkpoint`).
     """
     ckpt_path = config.get("ckpt_path")
-    if not ckpt_path:
-        return None
-    if str(ckpt_path) == "last":
-        found = [d / "last.ckpt" for d in checkpoint_dirs(config) if (d / "last.ckpt").exists()]
-        return str(found[0]) if found else None
-    return str(ckpt_path) if Path(str(ckpt_path)).exists() else None
+    return str(ckpt_path) if ckpt_path and Path(str(ckpt_path)).exists() else None
 
 
 def check_classes(path: str) -> None:
@@ -160,12 +155,12 @@ def check_classes(path: str) -> None:
 def read_resumed(path: str) -> dict:
     """Checkpoint ``path`` as far as the resume checks need it (class paths checked).
 
-    A sharded checkpoint directory gives only its hyperparameters: every process of a
-    sharded run would otherwise hold all tables at once, and its saved tensors are compared
-    with the model by the strategy's load. A directory without the library's manifest is
-    refused here in one line.
+    A sharded checkpoint directory gives only its hyperparameters and vocabulary (the data
+    of the resumed run is encoded with it): every process of a sharded run would otherwise
+    hold all tables at once, and its saved tensors are compared with the model by the
+    strategy's load. A directory without the library's manifest is refused here in one line.
     """
     if not Path(path).is_dir():
         return read_checkpoint(path)
-    checkpoint = read_distributed_checkpoint(path, keys={HPARAMS, DM_HPARAMS})
+    checkpoint = read_distributed_checkpoint(path, keys={HPARAMS, DM_HPARAMS, VOCABULARY_KEY})
     return check_checkpoint_classes(checkpoint, path)

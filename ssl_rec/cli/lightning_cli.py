@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
@@ -121,9 +122,34 @@ class SSLRecCLI(LightningCLI):
             # read first: a checkpoint naming classes outside the allow-list is refused
             # before LightningCLI parses (imports) its hyperparameters
             self._checkpoint = ckpt_path_checkpoint(self.config, self._checkpoint)
-            super()._parse_ckpt_path()
+            self._apply_checkpoint_hparams()
             if subcommand:  # beside the checkpoint's run; refused before anything is set up
                 place_outputs(subcommand, self.config[subcommand], self._argv)
+
+    def _apply_checkpoint_hparams(self) -> None:
+        """LightningCLI's ``_parse_ckpt_path`` on the checkpoint already read.
+
+        Lightning's own would ``torch.load`` the whole file once more; it applies only to a
+        checkpoint file, as here.
+        """
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path or not Path(str(ckpt_path)).is_file():
+            return
+        if self._checkpoint is None or self._checkpoint[0] != str(ckpt_path):
+            return super()._parse_ckpt_path()  # not read here: Lightning reads it
+        hparams = dict(self._checkpoint[1].get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return None
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
+        return None
 
     def after_instantiate_classes(self) -> None:
         """Refuse resuming with structural changes; log the other changes."""
