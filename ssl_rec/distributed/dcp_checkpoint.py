@@ -347,13 +347,15 @@ def load_distributed_checkpoint(
     path = Path(path)
     rank, _ = _rank(group)
     error: Exception | None = None
+    manifest = None
     if rank == 0:
         try:
-            verify_checkpoint_manifest(path)
+            manifest = verify_checkpoint_manifest(path)
         except (OSError, ValueError) as e:
             error = e
     _agree(error, group)
-    manifest = verify_checkpoint_manifest(path, checksums=False)
+    if manifest is None:  # the other ranks check sizes (rank 0 read it with its checksums)
+        manifest = verify_checkpoint_manifest(path, checksums=False)
     reader = SafeFileSystemReader(path, data_file_sizes(manifest))
     metadata = reader.read_metadata()
     tensors = {k: v for k, v in model_state.items() if isinstance(v, torch.Tensor)}
