@@ -58,12 +58,16 @@ REQUIRED_VERSIONS = ("python", "torch", "ssl_rec")
 Figure = Any  # a matplotlib Figure: matplotlib is imported only when a plot is drawn
 
 
-def benchmark_parser(description: str | None, seeds: bool = False) -> argparse.ArgumentParser:
+def benchmark_parser(
+    description: str | None, seeds: bool = False, json_required: bool = True
+) -> argparse.ArgumentParser:
     """An argument parser with the options every benchmark shares.
 
     Args:
         description: the ``--help`` text (the script's docstring or its first line).
         seeds: add ``--seeds`` (see :func:`chosen_seeds`).
+        json_required: ``--json`` must be given; ``False``: it may be omitted (``None``: the
+            script names its default file under ``benchmarks/results/``).
 
     Returns:
         A parser with ``--quick``, ``--json`` (a required ``Path``) and maybe ``--seeds``; the
@@ -73,7 +77,10 @@ def benchmark_parser(description: str | None, seeds: bool = False) -> argparse.A
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few rounds")
     parser.add_argument(
-        "--json", type=Path, required=True, help="output JSON path (the PNG is written beside it)"
+        "--json",
+        type=Path,
+        required=json_required,
+        help="output JSON path (the PNG is written beside it)",
     )
     if seeds:
         parser.add_argument(

@@ -1,9 +1,11 @@
 """Peer CTR implementations on the exact rows and features the library's models see.
 
-The rows come out of :class:`MovieLensDataModule`'s own loaders (same split, same labeled
-subset for a seed and label fraction, same ids and dense values), so peers and the library
-differ only in the model. Peers: ``deepctr-torch`` DeepFM / DCN / xDeepFM (Adam, D = 16,
-its default towers; xDeepFM's CIN (64, 64)) and scikit-learn logistic regression on one-hot ids.
+The rows come out of the dataset's own data module (:data:`DATA_MODULES`: same split, same
+labeled subset for a seed and label fraction, same ids and dense values), so peers and the
+library differ only in the model. Peers: ``deepctr-torch`` DeepFM / DCN / xDeepFM (Adam, D = 16,
+its default towers; xDeepFM's CIN (64, 64)), scikit-learn logistic regression on one-hot ids
+and standardized dense columns, and LightGBM gradient-boosted trees (ids as categorical
+features, dense columns as numeric; early stopping and a small grid on validation AUC).
 """
 
 from __future__ import annotations
@@ -17,14 +19,21 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ssl_rec.data.sources.ecommerce import EcommerceDataModule
 from ssl_rec.data.sources.movielens import MovieLensDataModule
 from ssl_rec.metrics import binary_auc
 
 XDEEPFM_CIN = (64, 64)
-PEERS = ("deepctr_deepfm", "deepctr_dcn", "deepctr_xdeepfm", "sklearn_logistic")
+PEERS = ("deepctr_deepfm", "deepctr_dcn", "deepctr_xdeepfm", "sklearn_logistic", "lightgbm")
+DATA_MODULES = {"movielens": MovieLensDataModule, "ecommerce": EcommerceDataModule}
+# LightGBM's grid (num_leaves, learning_rate); rounds stop after LIGHTGBM_PATIENCE rounds
+# without a better validation AUC, at most LIGHTGBM_ROUNDS.
+LIGHTGBM_GRID = ((15, 0.05), (63, 0.05), (15, 0.2), (63, 0.2))
+LIGHTGBM_ROUNDS = 2000
+LIGHTGBM_PATIENCE = 50
 Arrays = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # split -> dense, sparse, label
 Run = tuple[float, Callable[[], float]]
-_ARRAYS: dict[tuple[float, int, str], tuple[Arrays, list[str], list[int]]] = {}
+_ARRAYS: dict[tuple[str, float, int, str], tuple[Arrays, list[str], list[int]]] = {}
 
 
 def _collect(loader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -36,11 +45,25 @@ def _collect(loader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def arrays(fraction: float, seed: int, cache: str) -> tuple[Arrays, list[str], list[int]]:
-    """The labeled training rows of ``(fraction, seed)`` and all val/test rows, as arrays."""
-    key = (fraction, seed, cache)
+def arrays(
+    dataset: str, fraction: float, seed: int, cache: str
+) -> tuple[Arrays, list[str], list[int]]:
+    """The labeled training rows of ``(fraction, seed)`` and all val/test rows, as arrays.
+
+    Args:
+        dataset: a key of :data:`DATA_MODULES`.
+        fraction: labeled fraction of the training rows (the data module's ``label_fraction``).
+        seed: seed of the labeled subset.
+        cache: the data module's ``cache_dir``.
+
+    Returns:
+        ``split -> (dense float32[n, n_dense], sparse int64[n, F], label float32[n])``, the
+        field names and their cardinalities.
+
+    """
+    key = (dataset, fraction, seed, cache)
     if key not in _ARRAYS:
-        dm = MovieLensDataModule(
+        dm = DATA_MODULES[dataset](
             batch_size=4096, label_fraction=fraction, seed=seed, cache_dir=cache
         )
         splits = {
@@ -62,7 +85,7 @@ def _deepctr(
     columns = [
         SparseFeat(f, vocabulary_size=c, embedding_dim=16)
         for f, c in zip(fields, cards, strict=True)
-    ] + [DenseFeat("dense_0", 1)]
+    ] + [DenseFeat(f"dense_{i}", 1) for i in range(data["train"][0].shape[1])]
     # xDeepFM's default CIN (256, 128) costs ~7x the (64, 64) one on one CPU thread.
     extra = {"cin_layer_size": XDEEPFM_CIN} if name == "deepctr_xdeepfm" else {}
     torch.manual_seed(seed)
@@ -72,7 +95,8 @@ def _deepctr(
 
     def inputs(split: str) -> dict[str, np.ndarray]:
         dense, sparse, _ = data[split]
-        return {**{f: sparse[:, i] for i, f in enumerate(fields)}, "dense_0": dense[:, 0]}
+        return {**{f: sparse[:, i] for i, f in enumerate(fields)},
+                **{f"dense_{i}": dense[:, i] for i in range(dense.shape[1])}}  # fmt: skip
 
     best_auc, best_state = -1.0, None
     for _ in range(epochs):
@@ -107,20 +131,66 @@ def _logistic(data: Arrays, c: float) -> Run:
     return val, lambda: binary_auc(model.predict_proba(features("test"))[:, 1], data["test"][2])
 
 
+def _lightgbm(data: Arrays, num_leaves: int, learning_rate: float, seed: int) -> Run:
+    import lightgbm
+
+    def features(split: str):
+        import pandas as pd
+
+        dense, sparse, _ = data[split]
+        frame = {f"id_{i}": pd.Categorical(sparse[:, i], categories=categories[i])
+                 for i in range(sparse.shape[1])}  # fmt: skip
+        frame.update({f"dense_{i}": dense[:, i] for i in range(dense.shape[1])})
+        return pd.DataFrame(frame)
+
+    # Categories from the training rows; an id first seen later is unknown (NaN) to the trees.
+    categories = [np.unique(data["train"][1][:, i]) for i in range(data["train"][1].shape[1])]
+    model = lightgbm.LGBMClassifier(
+        n_estimators=LIGHTGBM_ROUNDS, num_leaves=num_leaves, learning_rate=learning_rate,
+        random_state=seed, n_jobs=1, verbose=-1,
+    )  # fmt: skip
+    model.fit(
+        features("train"), data["train"][2], eval_X=features("val"), eval_y=data["val"][2],
+        eval_metric="auc", callbacks=[lightgbm.early_stopping(LIGHTGBM_PATIENCE, verbose=False)],
+    )  # fmt: skip
+
+    def auc(split: str) -> float:
+        return binary_auc(model.predict_proba(features(split))[:, 1], data[split][2])
+
+    return auc("val"), lambda: auc("test")
+
+
 def unavailable(name: str) -> str | None:
     """Why a peer cannot run here (its package is missing), or ``None``."""
-    module = "deepctr_torch" if name.startswith("deepctr") else "sklearn"
+    module = {"sklearn_logistic": "sklearn", "lightgbm": "lightgbm"}.get(name, "deepctr_torch")
     if importlib.util.find_spec(module) is None:
-        return f"{module} is not installed (pip install --no-deps deepctr-torch scikit-learn)"
+        return (
+            f"{module} is not installed (pip install --no-deps deepctr-torch scikit-learn "
+            "lightgbm==4.7.0)"
+        )
     return None
 
 
 def peer_runs(
-    name: str, fraction: float, seed: int, epochs: int, cache: str, batch: int
+    name: str, dataset: str, fraction: float, seed: int, epochs: int, cache: str, batch: int
 ) -> dict[str, Run]:
-    """Every variant of peer ``name`` for one seed: ``variant -> (val AUC, test thunk)``."""
-    data, fields, cards = arrays(fraction, seed, cache)
+    """Every variant of peer ``name`` for one seed: ``variant -> (val AUC, test thunk)``.
+
+    Args:
+        name: one of :data:`PEERS`.
+        dataset: a key of :data:`DATA_MODULES`.
+        fraction: labeled fraction of the training rows.
+        seed: the labeled subset's and the model's seed.
+        epochs: epochs of the deepctr models (the best validation epoch is kept).
+        cache: the data module's ``cache_dir``.
+        batch: batch size of the deepctr models.
+
+    """
+    data, fields, cards = arrays(dataset, fraction, seed, cache)
     if name == "sklearn_logistic":
         return {f"C={c:g}": _logistic(data, c) for c in (0.1, 1.0)}
+    if name == "lightgbm":
+        return {f"num_leaves={leaves}, lr={lr:g}": _lightgbm(data, leaves, lr, seed)
+                for leaves, lr in LIGHTGBM_GRID}  # fmt: skip
     variant = "adam lr=1e-3, D=16" + (f", CIN {XDEEPFM_CIN}" if name == "deepctr_xdeepfm" else "")
     return {variant: _deepctr(name, data, fields, cards, seed, epochs, batch)}

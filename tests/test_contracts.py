@@ -32,6 +32,8 @@ BAD_HYPERPARAMETERS = {
     "MomentumContrast": {"temperature": -0.1},
     "ReplacedFeatureDetection": {"sample_temperature": 0.0},
     "AdversarialFeatureReplacement": {"tau": 0.0},
+    "FeatureAlignment": {"max_rows": 0},
+    "FieldUniformity": {"max_rows": 0},
 }
 CARDS = (4, 9, 30, 200, 2000)
 

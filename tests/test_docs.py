@@ -67,7 +67,7 @@ def tiny_ssl_rec(argv: list[str]) -> list[str]:
     if command in ("export", "evaluate-embeddings"):
         extra = ["--train_rows=300", "--test_rows=300"] if command != "export" else []
         return [*(a.replace("1000000", "1500") for a in argv), *extra]
-    if command in ("quantize", "explain", "monitor", "plan") or (
+    if command in ("quantize", "explain", "monitor", "plan", "retrieve") or (
         "quantized" in text and "--config" not in text
     ):
         return list(argv)  # their data comes from the checkpoint or the model's record
@@ -102,6 +102,15 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if name == "clicks.parquet":
             pacsv.write_csv(pa.table(table).select(["clicked", "price", "user", "item"]),
                             root / "clicks.csv")  # fmt: skip
+    views = {"user_id": [f"u{u}" for u in range(40) for _ in range(8)],
+             "item_id": [f"sku{(u * 8 + t) % 120}" for u in range(40) for t in range(8)],
+             "device": ["ios", "web"] * 160, "rating": [5, 4, 2, 5] * 80,
+             "ts": list(range(320))}  # fmt: skip
+    views["brand"] = [f"b{int(i[3:]) % 4}" for i in views["item_id"]]
+    pq.write_table(pa.table(views), root / "views.parquet")
+    users = {"user_id": ["u1", "u2", "new"], "device": ["ios", "web", "ios"],
+             "seen": [["sku3", "sku4"], [], None]}  # fmt: skip
+    pq.write_table(pa.table(users), root / "users.parquet")
     return root
 
 

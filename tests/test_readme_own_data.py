@@ -32,7 +32,9 @@ def test_own_data_section_runs_as_written(
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     write_clicks(tmp_path / "clicks.csv")
     monkeypatch.chdir(tmp_path)
-    quiet = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    # The configs train until validation stops improving (up to 50-100 epochs): capped here.
+    quiet = ["--trainer.logger=false", "--trainer.enable_progress_bar=false",
+             "--trainer.max_epochs=3"]  # fmt: skip
     for argv in commands:
         main([*argv, *quiet])
     metrics = json.loads((tmp_path / "runs/ctr/tabular/metrics.json").read_text())

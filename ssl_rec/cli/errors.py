@@ -39,6 +39,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     argparse.ArgumentError,
     OperatorError,
     DiskFullError,
+    MemoryError,  # e.g. a table that does not fit names itself (hardware.TableMemoryError)
 )
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "SSL_REC_DEBUG"
@@ -62,6 +63,28 @@ def debug_requested(argv: Sequence[str]) -> bool:
     return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
+def _type_name(text: str) -> str:
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+    return re.sub(r"typing\.Literal\[(.*)\]", r"\1", text)
+
+
+def _alternatives(lines: list[str], depth: int) -> str | None:
+    """``Expected int or 'auto'; got autox`` from a union's sibling ``- Expected a`` lines.
+
+    Only the first would be the innermost reason, which hides the other types accepted.
+    """
+    expected = []
+    for line in lines:
+        if len(line) - len(line.lstrip()) != depth or not line.strip().startswith("- Expected a "):
+            break
+        expected.append(_type_name(line.strip().removeprefix("- Expected a ")))
+    if len(expected) < 2:
+        return None
+    given = [line.strip().removeprefix("Given value:").strip() for line in lines
+             if line.strip().startswith("Given value:")]  # fmt: skip
+    return f"Expected {' or '.join(expected)}" + (f"; got {given[0]}" if given else "")
+
+
 def summarize_parser_error(message: str) -> str:
     """Reduce a (possibly nested) jsonargparse message to ``key > key: innermost reason``.
 
@@ -80,6 +103,7 @@ def summarize_parser_error(message: str) -> str:
     line_of_reason = " " * depth + reason
     keys = [k for line in lines[: lines.index(line_of_reason)]
             for k in _KEY.findall(line)]  # fmt: skip
+    reason = _alternatives(lines[lines.index(line_of_reason) :], depth) or reason
     reason = _KEY.sub(lambda m: m.group(1), reason).removeprefix("- ")
     return f"{' > '.join(dict.fromkeys(keys))}: {reason}" if keys else reason
 

@@ -45,6 +45,7 @@ from ssl_rec.lightning.callbacks import MetricsJSON
 from ssl_rec.lightning.durable_checkpoint_io import remove_stale_checkpoint_temporaries
 from ssl_rec.lightning.finite_checks import FiniteChecks
 from ssl_rec.lightning.prediction_writer import PredictionWriter
+from ssl_rec.lightning.schedule_log import ScheduleLog
 from ssl_rec.lightning.sharded_checkpoint_io import read_sharded_checkpoints
 from ssl_rec.vocab import Vocabularies
 
@@ -189,10 +190,13 @@ class SSLRecCLI(LightningCLI):
             return _schema_dict(encoded_with(datamodule, self._vocabulary).schema)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
-        """The trainer; its progress is plain lines when the output is not a terminal."""
-        return super()._instantiate_trainer(
-            config, [*callbacks, *plain_progress_callbacks(config, callbacks)]
-        )
+        """The trainer; its progress is plain lines when the output is not a terminal.
+
+        :class:`ScheduleLog` says the fit's batch size, optimizer steps per epoch and why it
+        stopped.
+        """
+        plain = plain_progress_callbacks(config, callbacks)
+        return super()._instantiate_trainer(config, [*callbacks, ScheduleLog(), *plain])
 
     def before_instantiate_classes(self) -> None:
         """Check the run directory, pick the data's vocabulary and the run's output paths.

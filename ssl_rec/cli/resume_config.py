@@ -57,6 +57,7 @@ STRUCTURAL_MODEL_KEYS = (
     "backbone.init_args.encoder.init_args.low_rank",
     "backbone.init_args.encoder.init_args.deep",  # DCNv2, DeepFM
     "head_hidden",  # CTRModule
+    "wide",  # CTRModule: the wide term's tables and dense weight
     "finetune",  # which parameters the saved optimizer state belongs to
     "objectives.*.class_path",  # PretrainModule: each objective's heads
     "objectives.*.init_args.hidden",

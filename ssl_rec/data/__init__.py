@@ -9,6 +9,7 @@ from ssl_rec.data.loader import BatchLoader, validate_sparse
 from ssl_rec.data.lookup import VocabularyLookup
 from ssl_rec.data.preprocess import Layout, PreprocessOptions
 from ssl_rec.data.raw import RawBatch, RawPart
+from ssl_rec.data.semi_supervised_loader import SemiSupervisedLoader
 from ssl_rec.data.sources.criteo import (
     CriteoDataModule,
     criteo_batches,
@@ -43,6 +44,7 @@ __all__ = [
     "PreprocessOptions",
     "RawBatch",
     "RawPart",
+    "SemiSupervisedLoader",
     "ShardWriter",
     "SyntheticCTRDataModule",
     "SyntheticClickModel",

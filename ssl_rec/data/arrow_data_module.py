@@ -26,7 +26,21 @@ import pyarrow as pa
 import pytorch_lightning as pl
 import torch
 
+from ssl_rec.data.batch_rule import (
+    AUTO,
+    AUTO_EVAL_BATCH_SIZE,
+    BatchSize,
+    auto_batch_size,
+    check_batch_size,
+)
+from ssl_rec.data.dense_fit import fit_split_dense_statistics
 from ssl_rec.data.loader import BatchLoader
+from ssl_rec.data.semi_supervised_loader import (
+    SemiSupervisedLoader,
+    check_unlabeled_per_batch,
+    unlabeled_features,
+    with_unlabeled_rest,
+)
 from ssl_rec.data.storage import (
     LABEL,
     cached_build,
@@ -36,17 +50,28 @@ from ssl_rec.data.storage import (
 )
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
-from ssl_rec.vocab import Vocabularies, find_vocabularies
+from ssl_rec.vocab import DENSE_STATISTICS_KEY, DenseStatistics, Vocabularies, find_vocabularies
 
 _SUBSET_STREAM = 7
 log = logging.getLogger(__name__)
+
+
+def labeled_subset(n: int, label_fraction: float, seed: int) -> np.ndarray:
+    """Sorted ``int64[k]`` ids of the labeled training rows, ``k = max(1, round(f * n))``.
+
+    Seeded and nested: a smaller fraction's rows are a subset of a larger one's.
+    """
+    k = max(1, round(label_fraction * n))
+    perm = np.random.default_rng([seed, _SUBSET_STREAM]).permutation(n)
+    return np.sort(perm[:k])
 
 
 class ArrowDataModule(pl.LightningDataModule):
     """Loaders over a cache entry of preprocessed splits.
 
     Args:
-        batch_size: rows per batch ``B``.
+        batch_size: rows per training batch ``B``, or ``"auto"``: chosen from the number of
+            training rows once they are known (:func:`ssl_rec.data.batch_rule.auto_batch_size`).
         label_fraction: train on this seeded fraction of the labeled training rows
             (nested: a smaller fraction is a subset of a larger one).
         use_labels: ``False`` yields ``label=None`` batches of all training rows (pretraining).
@@ -54,31 +79,41 @@ class ArrowDataModule(pl.LightningDataModule):
         cache_dir: cache root; default ``$SSL_REC_CACHE`` or ``~/.cache/ssl_rec``.
         drop_last: drop the last incomplete training batch.
         eval_batch_size: rows per validation, test and predict batch (default
-            ``batch_size``); evaluation keeps no activations for backward, so it can be
-            much larger than a small labeled subset's training batch.
+            ``batch_size``; with ``batch_size="auto"``: ``AUTO_EVAL_BATCH_SIZE``); evaluation
+            keeps no activations for backward, so it can be much larger than a small labeled
+            subset's training batch.
+        unlabeled_per_batch: semi-supervised batches: each training batch of ``B`` labeled
+            rows also carries ``round(unlabeled_per_batch * B)`` training rows outside the
+            labeled subset, label NaN (:class:`~ssl_rec.data.SemiSupervisedLoader`); ``0``
+            (default) trains on labeled rows only. Needs ``use_labels`` and
+            ``label_fraction < 1``.
 
     """
 
     def __init__(
         self,
-        batch_size: int = 4096,
+        batch_size: BatchSize = 4096,
         label_fraction: float = 1.0,
         use_labels: bool = True,
         seed: int = 0,
         cache_dir: str | None = None,
         drop_last: bool = False,
         eval_batch_size: int | None = None,
+        unlabeled_per_batch: float = 0.0,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_batch_size(type(self).__name__, "batch_size", batch_size)
         if eval_batch_size is not None and eval_batch_size < 1:
             raise ValueError(f"eval_batch_size must be >= 1 or null, got {eval_batch_size}")
-        self.eval_batch_size = eval_batch_size or batch_size
+        auto_eval = AUTO_EVAL_BATCH_SIZE if batch_size == AUTO else batch_size
+        self.eval_batch_size = eval_batch_size or auto_eval
         if not 0.0 < label_fraction <= 1.0:
             raise ValueError(f"label_fraction must be in (0, 1], got {label_fraction}")
         self.batch_size, self.label_fraction = batch_size, label_fraction
         self.use_labels, self.seed, self.drop_last = use_labels, seed, drop_last
+        self.unlabeled_per_batch = check_unlabeled_per_batch(
+            unlabeled_per_batch, use_labels, label_fraction
+        )
         self.cache_dir = Path(os.path.expanduser(cache_dir)) if cache_dir else default_cache_dir()
         self._entry: tuple[Path, FeatureSchema] | None = None
         self._splits: dict[str, datasets.Dataset] = {}
@@ -124,6 +159,9 @@ class ArrowDataModule(pl.LightningDataModule):
         def build(out_dir: Path, final_dir: Path) -> FeatureSchema:
             schema = self.build(out_dir, final_dir)
             schema.metadata.setdefault("source", self.cache_kind)
+            # Every source's training rows, after its transform: never validation or test.
+            stats = fit_split_dense_statistics(out_dir, schema.dense)
+            schema.metadata[DENSE_STATISTICS_KEY] = None if stats is None else stats.to_dict()
             return schema
 
         inputs = self.cache_inputs()
@@ -163,6 +201,16 @@ class ArrowDataModule(pl.LightningDataModule):
                 entry, self.schema, lambda file: verify_entry_files(entry, [file])
             )
         return self._vocabulary
+
+    @property
+    def dense_statistics(self) -> DenseStatistics | None:
+        """Mean, std and quantile edges of each dense column over the training split.
+
+        Fitted when the entry is built, after the source's transform; ``None`` when the
+        training split is empty (rows encoded for a trained model, which brings its own)
+        or the data has no dense column.
+        """
+        return DenseStatistics.from_schema_metadata(self.schema.metadata)
 
     @property
     def schema(self) -> FeatureSchema:
@@ -213,25 +261,66 @@ class ArrowDataModule(pl.LightningDataModule):
                 raise ValueError(f"use_labels=True but split {split!r} has no labels")
             if self.label_fraction < 1.0:
                 n = table.num_rows
-                k = max(1, round(self.label_fraction * n))
-                perm = np.random.default_rng([self.seed, _SUBSET_STREAM]).permutation(n)
-                row_ids = np.sort(perm[:k])
+                row_ids = labeled_subset(n, self.label_fraction, self.seed)
+                k = len(row_ids)
                 table = table.take(pa.array(row_ids))
                 log.info(
                     "training on %d of %d labeled rows (label_fraction=%g)",
                     k, n, self.label_fraction,
                 )  # fmt: skip
         rank, world = self._shard()
-        size = self.batch_size if train else self.eval_batch_size
+        size = self._train_batch_size(table.num_rows // world) if train else self.eval_batch_size
         return BatchLoader(
             table, size, shuffle=train, seed=self.seed,
             drop_last=self.drop_last and train, with_labels=with_labels, row_ids=row_ids,
             rank=rank, world_size=world,
         )  # fmt: skip
 
-    def train_dataloader(self) -> BatchLoader:
-        """Return shuffled training batches (labeled subset, or all rows unlabeled)."""
-        return self._loader("train", train=True)
+    def _train_batch_size(self, rows: int) -> int:
+        """``batch_size``, or the rule's choice for ``rows`` training rows of this process."""
+        if self.batch_size != AUTO:
+            return int(self.batch_size)
+        size = auto_batch_size(rows)
+        log.info(
+            "batch_size auto: %d for %d training rows (%d batches per epoch)",
+            size, rows, -(-rows // size),
+        )  # fmt: skip
+        return size
+
+    def train_dataloader(self) -> BatchLoader | SemiSupervisedLoader:
+        """Return shuffled training batches (labeled subset, or all rows unlabeled).
+
+        With ``unlabeled_per_batch > 0``, each batch also carries rows of the rest of the
+        training split, label NaN.
+        """
+        extra = self.unlabeled_file_rows()
+        if extra is not None and not self.use_labels:
+            return self._pretraining_loader(extra)
+        loader = self._loader("train", train=True)
+        if not self.unlabeled_per_batch:
+            return loader
+        table = self.split_table("train")
+        labeled = labeled_subset(table.num_rows, self.label_fraction, self.seed)
+        return with_unlabeled_rest(table, labeled, loader, self.unlabeled_per_batch, extra)
+
+    def unlabeled_file_rows(self) -> pa.Table | None:
+        """Rows of a separate unlabeled file, encoded with this data's vocabulary, or ``None``.
+
+        A source with such a file (``TabularDataModule(unlabeled_path=...)``) overrides it; the
+        rows join the semi-supervised pool, or the training rows when ``use_labels`` is off.
+        """
+        return None
+
+    def _pretraining_loader(self, extra: pa.Table) -> BatchLoader:
+        """Unlabeled batches of the training split's rows followed by ``extra``'s."""
+        table = self.split_table("train")
+        both = pa.concat_tables([unlabeled_features(table), unlabeled_features(extra)])
+        rank, world = self._shard()
+        return BatchLoader(
+            both.combine_chunks(), self._train_batch_size(both.num_rows // world), shuffle=True,
+            seed=self.seed, drop_last=self.drop_last, with_labels=False, rank=rank,
+            world_size=world,
+        )  # fmt: skip
 
     def val_dataloader(self) -> BatchLoader:
         """Return validation batches in file order."""

@@ -43,7 +43,8 @@ SHARD_ROWS = 2_000_000
 CACHE_ENV = "SSL_REC_CACHE"
 CHECKSUMS_FILENAME = "checksums.json"
 # 3: one vocabulary.arrow per entry, no vocab/<field>.arrow (older entries are rebuilt).
-FORMAT_VERSION = 3
+# 4: the schema's metadata holds the dense columns' training statistics.
+FORMAT_VERSION = 4
 log = logging.getLogger(__name__)
 
 __all__ = ["SPLITS", "SPLIT_NAMES", "ShardWriter", "cached_build", "open_split", "split_schema"]

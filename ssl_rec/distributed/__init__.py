@@ -6,6 +6,7 @@ plans, the planner and the cost model; the TorchRec modules (``sharder``,
 """
 
 from ssl_rec.distributed.table_placement import (
+    DATA_PARALLEL,
     ROW_WISE,
     SHARDING_TYPES,
     TABLE_ROW_WISE,
@@ -18,6 +19,7 @@ from ssl_rec.distributed.table_placement import (
 )
 
 __all__ = [
+    "DATA_PARALLEL",
     "ROW_WISE",
     "SHARDING_TYPES",
     "TABLE_ROW_WISE",

@@ -59,16 +59,26 @@ class CollectionSurface:
             )
 
     def _shard_of(self, table: int) -> tuple[EmbeddingTable | None, int, int]:
-        """(this rank's shard of ``table`` or None, its index j, shard count n)."""
-        ranks = self.plan[self.table_names[table]].ranks
-        rank = self.routing.rank
+        """(this rank's shard or replica of ``table`` or None, its index j, row splits n)."""
+        placement = self.plan[self.table_names[table]]
+        ranks, rank = placement.ranks, self.routing.rank
         if rank not in ranks:
             return None, 0, len(ranks)
         whole = self.routing.whole[rank]
+        if placement.replicated:
+            return self.shards.tables[len(whole) + self.routing.replicated.index(table)], 0, 1
         if len(ranks) == 1:
             return self.shards.tables[whole.index(table)], 0, 1
         k = [t for t, _, _ in self.routing.pieces[rank]].index(table)
-        return self.shards.tables[len(whole) + k], ranks.index(rank), len(ranks)
+        full = self.routing.num_full
+        return self.shards.tables[full + k], ranks.index(rank), len(ranks)
+
+    def _gathered_shard(self, table: int) -> tuple[EmbeddingTable | None, int, int]:
+        """:meth:`_shard_of` for gathers: a replicated table counts on its first rank only."""
+        placement = self.plan[self.table_names[table]]
+        if placement.replicated and self.routing.rank != placement.ranks[0]:
+            return None, 0, 1
+        return self._shard_of(table)
 
     def _table_state(self, table: int) -> TableState:
         name = self.table_names[table]
@@ -117,7 +127,7 @@ class CollectionSurface:
         if bool(((ids < 0) | (ids >= self.cardinalities[table])).any()):
             raise IndexError(f"table {table}: ids outside [0, {self.cardinalities[table]})")
         out = torch.zeros(ids.numel(), self.embedding_dim)
-        shard, j, n = self._shard_of(table)
+        shard, j, n = self._gathered_shard(table)
         if shard is not None:
             mine = ids % n == j
             k = self.shards.tables.index(shard)

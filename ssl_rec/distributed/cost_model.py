@@ -152,17 +152,23 @@ def step_cost(
     memory, kernel = [0] * world, [0.0] * world
     rows_out, ids_in = [0.0] * world, [0.0] * world
     ids_out = [0.0] * world
+    rows_in = [0.0] * world
     for table in tables:
-        ranks = placements[table.name].ranks
-        n = len(ranks)
+        placement = placements[table.name]
+        ranks, n = placement.ranks, placement.row_splits
+        row_bytes = table.dim * network.comm_bytes
         for j, rank in enumerate(ranks):
-            memory[rank] += shard_bytes(table, n, j)
+            memory[rank] += shard_bytes(table, n, j if n > 1 else 0)
             kernel[rank] += shard_seconds(table, n, global_batch, rates)
-            rows_out[rank] += global_batch / n * table.dim * network.comm_bytes
             ids_in[rank] += global_batch / n * 8 + global_batch * 4
+            # a replica keeps its rows; backward gathers every rank's gradients
+            rows_out[rank] += (batch_per_rank * (world - 1) if placement.replicated
+                               else global_batch / n) * row_bytes  # fmt: skip
+        # a replicated table's ids go to every rank, one key each
+        keys, received = (world, world - 1) if placement.replicated else (n, 1)
         for rank in range(world):
-            ids_out[rank] += batch_per_rank * (8 + 4 * n)
-    rows_in = [batch_per_rank * sum(t.dim for t in tables) * network.comm_bytes] * world
+            ids_out[rank] += batch_per_rank * (8 * keys // n + 4 * keys)
+            rows_in[rank] += batch_per_rank * received * row_bytes
     bandwidth = network.bandwidth_gb_s * 1e9
     ring = 2 * (world - 1) * (network.latency_us * 1e-6 + dense_param_bytes / (world * bandwidth))
     parts = {

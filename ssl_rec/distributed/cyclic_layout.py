@@ -77,23 +77,36 @@ def table_pieces(table: EmbeddingTable) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def split_table(table: EmbeddingTable, n: int, j: int) -> EmbeddingTable:
+def split_table(
+    table: EmbeddingTable, n: int, j: int, init: tuple[float, int] | None = None
+) -> EmbeddingTable:
     """Shard ``j`` of ``n`` of ``table``: its cyclic rows, cache sets and optimizer state.
+
+    Only the shard's rows are allocated. A declared table (meta device) gives a fresh shard
+    initialized from ``init``: the rows the whole table would have been initialized with
+    (``EmbeddingTable.init_normal``), an empty cache and zero optimizer state.
 
     Args:
         table: A whole logical table (``RowShard()``), left unchanged.
         n: Number of shards (``n == 1`` copies the table).
         j: This shard's index.
+        init: ``(std, seed)`` of the collection's initialization (needed for a declared
+            table).
 
     Returns:
         A new table; the statistics counters go to shard 0 so their sum is unchanged.
 
     """
-    check_row_split(f"stream {table.stream}", table.num_rows, table.spec, n)
+    check_row_split(table.name, table.num_rows, table.spec, n)
     rows = shard_rows(table.num_rows, n, j)
-    shard = EmbeddingTable(
-        rows, table.dim, table.spec, table.stream, shard=row_shard(table.num_rows, table.spec, n, j)
-    )
+    shard = EmbeddingTable(rows, table.dim, table.spec, table.stream,
+                           shard=row_shard(table.num_rows, table.spec, n, j),
+                           name=table.name)  # fmt: skip
+    if table.declared:
+        if init is None:
+            raise ValueError(f"table {table.name!r} is declared only: give its init (std, seed)")
+        shard.init_normal(*init, logical_rows=table.num_rows)
+        return shard
     mine, whole = table_pieces(shard), table_pieces(table)
     for key, piece in mine.items():
         source = whole[key]

@@ -7,7 +7,9 @@ ordered by destination rank, as TorchRec's ``KJTAllToAll`` expects. The rows com
 TorchRec collectives: whole tables by the pooled-embedding all-to-all (one row per sample and
 table), row-split tables by the sequence-embedding all-to-all (one row per sent id, which
 returns exactly the ids each rank sent, W times fewer bytes than a reduce-scatter of
-per-sample partial sums when every field holds one id).
+per-sample partial sums when every field holds one id). A replicated (``data_parallel``) table
+has a key on every rank: the same all-to-all gathers every rank's ids on every rank, where each
+replica looks up the global batch and keeps its own samples' rows (no rows travel).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Routing:
 
     Attributes:
         whole: Per rank, the tables it holds whole (table indices, in table order).
+        replicated: The tables every rank holds a replica of (in table order).
         pieces: Per rank, its row-split shards as ``(table, shard index j, shards n)``.
 
     """
@@ -63,8 +66,12 @@ class Routing:
         self.names, self.world_size, self.rank = list(names), world_size, rank
         self.whole: list[list[int]] = [[] for _ in range(world_size)]
         self.pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(world_size)]
+        self.replicated: list[int] = []
         for t, name in enumerate(names):
             ranks = plan[name].ranks
+            if plan[name].replicated:
+                self.replicated.append(t)
+                continue
             if len(ranks) == 1:
                 self.whole[ranks[0]].append(t)
                 continue
@@ -88,9 +95,15 @@ class Routing:
         """Whether some table is split by rows (the sequence all-to-all runs)."""
         return any(self.pieces)
 
+    @property
+    def num_full(self) -> int:
+        """Tables this rank looks up for every sample of the global batch (whole + replicas)."""
+        return len(self.whole[self.rank]) + len(self.replicated)
+
     def keys_per_rank(self) -> list[int]:
         """Number of KJT keys each rank receives (the ``KJTAllToAll`` splits)."""
-        return [len(w) + len(p) for w, p in zip(self.whole, self.pieces, strict=True)]
+        return [len(w) + len(self.replicated) + len(p)
+                for w, p in zip(self.whole, self.pieces, strict=True)]  # fmt: skip
 
     def route(self, ids: torch.Tensor) -> SentIds:
         """Build this rank's KJT contents for its local batch ``ids`` int64[B, F]."""
@@ -100,7 +113,7 @@ class Routing:
         ones = torch.ones(batch, dtype=torch.int32)
         for dest in range(self.world_size):
             sent = 0
-            for t in self.whole[dest]:
+            for t in self.whole[dest] + self.replicated:
                 keys.append(f"{self.names[t]}@{dest}")
                 lengths.append(ones)
                 values.append(ids[:, t])
@@ -133,21 +146,21 @@ class Routing:
             global_batch: B_global, the sum of the ranks' batches.
 
         Returns:
-            ``(whole_ids int64[B_global, T_whole], piece ids per shard, row-split ids
-            received from each rank)``.
+            ``(full_ids int64[B_global, T_whole + T_replicated] (whole tables, then
+            replicas), piece ids per shard, row-split ids received from each rank)``.
 
         """
-        whole, pieces = self.whole[self.rank], self.pieces[self.rank]
-        per_key = lengths.view(len(whole) + len(pieces), global_batch)
+        full, pieces = self.num_full, self.pieces[self.rank]
+        per_key = lengths.view(full + len(pieces), global_batch)
         counts = per_key.sum(1).tolist()
         chunks = list(values.split([int(c) for c in counts]))
-        whole_ids = (torch.stack(chunks[: len(whole)], 1) if whole
-                     else torch.zeros(global_batch, 0, dtype=torch.int64))  # fmt: skip
+        full_ids = (torch.stack(chunks[:full], 1) if full
+                    else torch.zeros(global_batch, 0, dtype=torch.int64))  # fmt: skip
         received = [0] * self.world_size
         if pieces:
-            by_source = per_key[len(whole) :].view(len(pieces), self.world_size, -1)
+            by_source = per_key[full:].view(len(pieces), self.world_size, -1)
             received = by_source.sum((0, 2)).tolist()
-        return whole_ids.contiguous(), [c.contiguous() for c in chunks[len(whole) :]], received
+        return full_ids.contiguous(), [c.contiguous() for c in chunks[full:]], received
 
     def assemble(
         self,
@@ -156,6 +169,7 @@ class Routing:
         sent: SentIds,
         batch: int,
         dim: int,
+        replica_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Put the returned rows in field order: float32[B, F, D].
 
@@ -166,13 +180,20 @@ class Routing:
             sent: What this rank sent.
             batch: Local batch B.
             dim: D.
+            replica_rows: float32[B, T_replicated, D], this rank's samples' rows of the
+                replicated tables (looked up here).
 
         """
         num_tables = self.num_tables
         samples = torch.arange(batch, dtype=torch.int64)[:, None] * num_tables
         whole_pos = (samples + self.whole_order[None, :]).reshape(-1)
-        positions = torch.cat([whole_pos, sent.piece_positions])
-        rows = torch.cat([whole_rows.reshape(-1, dim), piece_rows.reshape(-1, dim)])
+        replicas = torch.tensor(self.replicated, dtype=torch.int64)
+        replica_pos = (samples + replicas[None, :]).reshape(-1)
+        if replica_rows is None:
+            replica_rows = torch.zeros(0, dim)
+        positions = torch.cat([whole_pos, replica_pos, sent.piece_positions])
+        rows = torch.cat([whole_rows.reshape(-1, dim), replica_rows.reshape(-1, dim),
+                          piece_rows.reshape(-1, dim)])  # fmt: skip
         order = torch.empty_like(positions)
         order[positions] = torch.arange(positions.numel(), dtype=torch.int64)
         return rows[order].view(batch, num_tables, dim)

@@ -203,10 +203,11 @@ def evaluate_plan(
     rates = rates or KernelRates()
     memory, seconds = [0] * world_size, [0.0] * world_size
     for table in tables:
-        ranks = placements[table.name].ranks
-        for j, rank in enumerate(ranks):
-            memory[rank] += shard_bytes(table, len(ranks), j)
-            seconds[rank] += shard_seconds(table, len(ranks), PLANNER_BATCH * world_size, rates)
+        placement = placements[table.name]
+        n = placement.row_splits  # a replica holds the whole table and serves the global batch
+        for j, rank in enumerate(placement.ranks):
+            memory[rank] += shard_bytes(table, n, j if n > 1 else 0)
+            seconds[rank] += shard_seconds(table, n, PLANNER_BATCH * world_size, rates)
     return PlanResult(world_size, dict(placements), list(tables), memory, seconds)
 
 

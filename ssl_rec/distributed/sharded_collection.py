@@ -35,6 +35,7 @@ from ssl_rec.distributed.collection_surface import CollectionSurface
 from ssl_rec.distributed.cyclic_layout import split_table
 from ssl_rec.distributed.local_shards import LocalShards, shard_lookup
 from ssl_rec.distributed.lookup_routing import Routing, SentIds
+from ssl_rec.distributed.replica_grads import keep_local_samples
 from ssl_rec.distributed.table_placement import TablePlacement, check_plan
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 
@@ -49,6 +50,7 @@ class ShardedLookupContext:
     sent: SentIds | None = None
     received: list[int] = field(default_factory=list)
     piece_lengths: torch.Tensor | None = None
+    replica_rows: torch.Tensor | None = None
 
     def record_stream(self, stream: torch.Stream) -> None:
         """CPU tensors need no stream bookkeeping (TorchRec's ``Multistreamable``)."""
@@ -73,7 +75,8 @@ class _Assembled(LazyAwaitable[torch.Tensor]):
         batch = self._ctx.batch
         whole = self._whole.wait() if self._whole is not None else torch.zeros(batch, 0)
         pieces = self._pieces.wait() if self._pieces is not None else torch.zeros(0, self._dim)
-        return self._routing.assemble(whole, pieces, self._ctx.sent, batch, self._dim)
+        return self._routing.assemble(whole, pieces, self._ctx.sent, batch, self._dim,
+                                      self._ctx.replica_rows)  # fmt: skip
 
 
 class ShardedMixedPrecisionEmbeddingCollection(
@@ -83,7 +86,9 @@ class ShardedMixedPrecisionEmbeddingCollection(
     """A :class:`MixedPrecisionEmbeddingCollection` sharded over the ranks of a process group.
 
     Built by :class:`~ssl_rec.distributed.sharder.MixedPrecisionCollectionSharder` from the
-    unsharded collection (whose tables it slices, so both start identical). With FP32
+    unsharded collection (whose tables it slices, so both start identical). A collection
+    built under ``declare_tables()`` holds no rows: each rank then allocates and
+    initializes only its shards, with the values the unsharded tables would have had. With FP32
     comms, training on W ranks with local batches ``B`` equals one process training the
     unsharded collection on the concatenated ``W * B`` batch, bit for bit, for every table
     precision, cache and optimizer (see :mod:`~ssl_rec.distributed.cyclic_layout`).
@@ -116,11 +121,14 @@ class ShardedMixedPrecisionEmbeddingCollection(
         self._pg, world, rank = env.process_group, env.world_size, env.rank
         self.plan = check_plan(plan, self.table_names, self.cardinalities, self.specs, world)
         self.routing = Routing(self.table_names, self.plan, world, rank)
-        tables = [module.group.tables[t] for t in self.routing.whole[rank]]
-        tables += [
-            split_table(module.group.tables[t], n, j) for t, j, n in self.routing.pieces[rank]
-        ]
-        shards = LocalShards(tables, len(self.routing.whole[rank]), self.seed, self.embedding_dim)
+        own = module.group.tables
+        init = (module.init_std, self.seed)
+        # A declared (meta) table is allocated here: this rank's rows only.
+        tables = [split_table(own[t], 1, 0, init) if own[t].declared else own[t]
+                  for t in self.routing.whole[rank]]  # fmt: skip
+        tables += [split_table(own[t], 1, 0, init) for t in self.routing.replicated]
+        tables += [split_table(own[t], n, j, init) for t, j, n in self.routing.pieces[rank]]
+        shards = LocalShards(tables, self.routing.num_full, self.seed, self.embedding_dim)
         shards.step.copy_(module.group.step)
         self.__dict__["shards"] = shards  # not a submodule: see the class docstring
         self.comms = self._build_comms(world)
@@ -167,13 +175,24 @@ class ShardedMixedPrecisionEmbeddingCollection(
                 f"every rank needs the same batch size; rank {self.routing.rank} has "
                 f"{ctx.batch}, the ranks' total is {global_batch} over {world} ranks"
             )
-        whole_ids, piece_ids, ctx.received = self.routing.split_received(
+        full_ids, piece_ids, ctx.received = self.routing.split_received(
             dist_input.values(), dist_input.lengths(), global_batch
         )
-        num_whole = len(self.routing.whole[self.routing.rank])
-        ctx.piece_lengths = dist_input.lengths()[num_whole * global_batch :].view(-1, global_batch)
+        full = self.routing.num_full
+        ctx.piece_lengths = dist_input.lengths()[full * global_batch :].view(-1, global_batch)
         train = self.training and not self.frozen
-        return shard_lookup(self.shards, whole_ids, piece_ids, train)
+        rows = shard_lookup(self.shards, full_ids, piece_ids, train)
+        if not self.routing.replicated:
+            return rows
+        # Replicas: this rank keeps its samples' rows; only the whole tables' rows travel.
+        dim, num_whole = self.embedding_dim, len(self.routing.whole[self.routing.rank])
+        full_rows, piece_rows = rows.split(
+            [global_batch * full, rows.shape[0] - global_batch * full]
+        )
+        full_rows = full_rows.view(global_batch, full, dim)
+        ctx.replica_rows = keep_local_samples(full_rows[:, num_whole:], self._pg,
+                                              self.routing.rank, world)  # fmt: skip
+        return torch.cat([full_rows[:, :num_whole].reshape(-1, dim), piece_rows])
 
     def output_dist(
         self, ctx: ShardedLookupContext, output: torch.Tensor

@@ -134,7 +134,7 @@ class MixedPrecisionCollectionSharder(ModuleSharder[MixedPrecisionEmbeddingColle
         }
 
     def sharding_types(self, compute_device_type: str) -> list[str]:
-        """Table-wise, row-wise and table-row-wise, on cpu as on gpu (rows are split cyclically)."""
+        """Table-wise, row-wise, table-row-wise (rows split cyclically) and data-parallel."""
         return list(SHARDING_TYPES)
 
     def compute_kernels(self, sharding_type: str, compute_device_type: str) -> list[str]:

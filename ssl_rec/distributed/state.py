@@ -7,6 +7,8 @@ torch.distributed.checkpoint saves once and reshards on load (to any world size,
 process without a process group). ``cache.stats`` are summed over ranks and ``group.step``
 is replicated, as plain tensors. Loading accepts those ``ShardedTensor`` blocks or plain
 full tensors (an unsharded collection's ``state_dict``): every rank keeps its cyclic rows.
+A replicated (``data_parallel``) table is saved from its first rank's replica, as a table
+held whole there, and loaded into every replica.
 """
 
 from __future__ import annotations
@@ -53,7 +55,16 @@ class TableState:
     ) -> None:
         self.num_rows, self.dim, self.spec = num_rows, dim, spec
         self.ranks, self.shard = placement.ranks, shard
+        self.replicated = placement.replicated
         self.sets = cache_geometry(num_rows, spec)
+
+    def holders(self) -> tuple[int, ...]:
+        """The ranks whose rows make up the saved table (a replica's first rank only)."""
+        return self.ranks[:1] if self.replicated else self.ranks
+
+    def saved_shard(self, rank: int) -> EmbeddingTable | None:
+        """This rank's part of the saved table (``None`` for a replica but the first)."""
+        return self.shard if rank in self.holders() else None
 
     def logical_shape(self, key: str) -> tuple[int, ...]:
         """Shape of ``key`` in the unsharded collection (``cache.rows`` as ``[S, W * D]``)."""
@@ -73,11 +84,19 @@ class TableState:
         return {"store": self.spec.precision.dtype, "cache.tags": torch.int16,
                 "cache.state": torch.uint8}.get(key, torch.float32)  # fmt: skip
 
-    def piece(self, key: str) -> torch.Tensor:
-        """This rank's cyclic rows of ``key`` (empty when it holds no shard)."""
-        if self.shard is not None:
-            return table_pieces(self.shard)[key]
+    def piece(self, key: str, shard: EmbeddingTable | None = None) -> torch.Tensor:
+        """Cyclic rows of ``key`` in ``shard`` (default this rank's; empty for none)."""
+        shard = self.shard if shard is None else shard
+        if shard is not None:
+            return table_pieces(shard)[key]
         return torch.empty((0, *self.logical_shape(key)[1:]), dtype=self.dtype(key))
+
+    def saved_piece(self, key: str, rank: int) -> torch.Tensor:
+        """This rank's rows of ``key`` in the saved table (empty but on :meth:`holders`)."""
+        saved = self.saved_shard(rank)
+        if saved is None:
+            return torch.empty((0, *self.logical_shape(key)[1:]), dtype=self.dtype(key))
+        return self.piece(key, saved)
 
 
 def _sharded(block: torch.Tensor, start: int, shape: tuple[int, ...], group) -> ShardedTensor:
@@ -97,17 +116,14 @@ def save_table_state(table: TableState, group: dist.ProcessGroup | None) -> dict
             empty = (0, table.dim) if key == "cache.rows" else shape
             out[key] = torch.empty(empty, dtype=table.dtype(key))
             continue
-        block = cyclic_to_blocks(table.piece(key), table.ranks, shape[0], group)
+        block = cyclic_to_blocks(table.saved_piece(key, rank), table.holders(), shape[0], group)
         start = block_range(shape[0], world, rank)[0]
         if key == "cache.rows":  # the unsharded [S * W, D] rows: set blocks are row blocks
             block, start = block.view(-1, table.dim), start * CACHE_WAYS
             shape = (shape[0] * CACHE_WAYS, table.dim)
         out[key] = _sharded(block, start, shape, group)
-    stats = (
-        table.shard.cache.stats.clone()
-        if table.shard is not None
-        else torch.zeros(4, dtype=torch.int64)
-    )
+    saved = table.saved_shard(rank)
+    stats = saved.cache.stats.clone() if saved is not None else torch.zeros(4, dtype=torch.int64)
     dist.all_reduce(stats, group=group)
     out["cache.stats"] = stats
     return out
@@ -118,6 +134,18 @@ def _local_block(value: ShardedTensor, key: str, table: TableState) -> torch.Ten
     shape = table.logical_shape(key)
     block = shards[0].tensor if shards else torch.empty((0, *shape[1:]), dtype=table.dtype(key))
     return block.reshape(-1, *shape[1:])
+
+
+def _from_first(piece: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, first: int,
+                group: dist.ProcessGroup | None) -> torch.Tensor:  # fmt: skip
+    """Collective: rank ``first``'s full ``piece`` of a replicated table on every rank.
+
+    Sent as bytes: gloo broadcasts no int16 (the cache tags).
+    """
+    full = piece if dist.get_rank(group) == first else torch.empty(shape, dtype=dtype)
+    full = full.contiguous()
+    dist.broadcast(full.view(torch.uint8), group=group, group_src=first)
+    return full
 
 
 @torch.no_grad()
@@ -135,15 +163,18 @@ def load_table_state(
         if shape[0] == 0:
             continue
         if isinstance(value, ShardedTensor):
-            piece = blocks_to_cyclic(_local_block(value, key, table), table.ranks, shape[0], group)
+            block = _local_block(value, key, table)
+            piece = blocks_to_cyclic(block, table.holders(), shape[0], group)
+            if table.replicated:
+                piece = _from_first(piece, shape, table.dtype(key), table.ranks[0], group)
         elif table.shard is not None:
-            j, n = table.ranks.index(dist.get_rank(group)), len(table.ranks)
-            piece = value.reshape(shape)[j::n]
+            j, n = table.ranks.index(dist.get_rank(group)), len(table.holders())
+            piece = value.reshape(shape)[j::n] if n > 1 else value.reshape(shape)
         else:
             continue
         if table.shard is not None:
             table.piece(key).copy_(piece)
     if table.shard is not None:
-        first = table.ranks[0] == dist.get_rank(group)
+        first = table.replicated or table.ranks[0] == dist.get_rank(group)
         stats = state.get("cache.stats", torch.zeros(4, dtype=torch.int64))
         table.shard.cache.stats.copy_(stats if first else torch.zeros_like(stats))

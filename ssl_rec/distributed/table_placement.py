@@ -2,7 +2,9 @@
 
 A placement names the ranks that hold a table. One rank holds a whole table
 (``table_wise``); several ranks split its rows cyclically (``row_wise`` over every rank,
-``table_row_wise`` over the ranks of one host). Plans are plain data (JSON/YAML), with no
+``table_row_wise`` over the ranks of one host); every rank holds a replica of a small table
+(``data_parallel``: each rank looks up the global batch and applies the same fused update, so
+the replicas stay bit-identical). Plans are plain data (JSON/YAML), with no
 TorchRec import; :mod:`ssl_rec.distributed.sharder` turns them into TorchRec's
 ``ParameterSharding``.
 """
@@ -18,9 +20,11 @@ from ssl_rec.distributed.cyclic_layout import check_row_split
 from ssl_rec.hardware.spec import TableSpec
 
 TABLE_WISE, ROW_WISE, TABLE_ROW_WISE = "table_wise", "row_wise", "table_row_wise"
-SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, ROW_WISE, TABLE_ROW_WISE)
+DATA_PARALLEL = "data_parallel"
+SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)
 
 __all__ = [
+    "DATA_PARALLEL",
     "ROW_WISE",
     "SHARDING_TYPES",
     "TABLE_ROW_WISE",
@@ -39,9 +43,10 @@ class TablePlacement:
 
     Args:
         sharding_type: ``table_wise`` (one rank), ``row_wise`` (all ranks) or
-            ``table_row_wise`` (the ranks of one host); rows are split cyclically.
+            ``table_row_wise`` (the ranks of one host), rows split cyclically; or
+            ``data_parallel`` (a whole replica on every rank).
         ranks: Ranks holding the table, in shard order (shard ``j`` holds rows ``g`` with
-            ``g % len(ranks) == j``).
+            ``g % len(ranks) == j``); every rank ``0..W-1`` for ``data_parallel``.
 
     Example:
         >>> TablePlacement("row_wise", (0, 1)).num_shards
@@ -68,6 +73,16 @@ class TablePlacement:
     def num_shards(self) -> int:
         """Number of shards n (ranks holding a part of the table)."""
         return len(self.ranks)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether every rank holds the whole table (``data_parallel``)."""
+        return self.sharding_type == DATA_PARALLEL
+
+    @property
+    def row_splits(self) -> int:
+        """Parts the rows are split into: 1 for a whole table or a replica, else n."""
+        return 1 if self.replicated else len(self.ranks)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``{"sharding_type": ..., "ranks": [...]}``."""
@@ -135,7 +150,12 @@ def check_plan(
         bad = [r for r in placement.ranks if r >= world_size]
         if bad:
             raise ValueError(f"table {name!r}: ranks {bad} outside [0, {world_size})")
-        if placement.num_shards > 1:
+        if placement.replicated and placement.ranks != tuple(range(world_size)):
+            raise ValueError(
+                f"table {name!r}: a data_parallel table is replicated on every rank, in order "
+                f"(ranks {list(range(world_size))}), got {list(placement.ranks)}"
+            )
+        if placement.row_splits > 1:
             check_row_split(name, num_rows, spec, placement.num_shards)
         ordered[name] = dataclasses.replace(placement)
     return ordered

@@ -9,9 +9,11 @@ from ssl_rec.evaluation.knn_probe import knn_predict, knn_probe
 from ssl_rec.evaluation.latent_agreement import frequent_ids, latent_neighbor_recall
 from ssl_rec.evaluation.linear_probe import linear_probe
 from ssl_rec.evaluation.manifest import FORMAT_VERSION, Manifest, VectorSet
+from ssl_rec.evaluation.representation_health import effective_rank, representation_health
 from ssl_rec.evaluation.representations import RepresentationSet, compute_representations
+from ssl_rec.evaluation.retrieval_export import export_retrieval
 from ssl_rec.evaluation.retrieval_metrics import retrieval_metrics, tail_items, top_k_unseen
-from ssl_rec.evaluation.retriever import Retriever, export_retrieval
+from ssl_rec.evaluation.retriever import Retriever
 
 __all__ = [
     "FORMAT_VERSION",
@@ -27,6 +29,7 @@ __all__ = [
     "build_index",
     "compute_representations",
     "default_search_params",
+    "effective_rank",
     "entity_vectors",
     "evaluate_embeddings",
     "export_retrieval",
@@ -36,6 +39,7 @@ __all__ = [
     "knn_probe",
     "latent_neighbor_recall",
     "linear_probe",
+    "representation_health",
     "resolve_factory",
     "retrieval_metrics",
     "tail_items",

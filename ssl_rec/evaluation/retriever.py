@@ -1,120 +1,97 @@
-"""Export of a trained two-tower model for serving, and :class:`Retriever` to query it.
+""":class:`Retriever`: the top-K items of raw query rows from a retrieval export alone.
 
-The directory holds::
-
-    manifest.json       format, schema, query columns, embedding_dim, the query encoder's sizes
-    query_tower.pt      the query tower's state dict (``torch.load(weights_only=True)``)
-    item_vectors.npy    float32[N, H] unit vectors of the catalogue
-    item_ids.npy        int64[N] item id of each vector
-
-Nothing in it names a class: the query tower is rebuilt as a ``Backbone`` with a
-:class:`~ssl_rec.models.TowerEncoder` of the recorded sizes, its tables in FP32 whatever
-precision they were trained in. Search is exact inner product over the item vectors.
+``Retriever.load(DIR)`` opens an :func:`~ssl_rec.evaluation.retrieval_export.export_retrieval`
+directory, checking every file against the manifest's CRC-32 (``SSL_REC_VERIFY=0`` skips the
+check); ``topk(rows, k)`` takes rows of raw values (a ``pyarrow.Table`` or a mapping of
+column -> values, as in the user's table), encodes them with the exported vocabularies and
+standardisation, runs the query tower and searches the FAISS item index.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
-from ssl_rec._io import atomic_directory, atomic_write_json
+from ssl_rec._io import verify_file
+from ssl_rec.evaluation.faiss_index import set_search_params
+from ssl_rec.evaluation.retrieval_export import (
+    IDS,
+    INDEX,
+    KEYS,
+    MANIFEST,
+    QUERY_TOWER,
+    checked_manifest,
+)
 from ssl_rec.models.backbone import Backbone
-from ssl_rec.models.two_tower import TowerEncoder, TwoTowerModel, tower_schema
+from ssl_rec.models.two_tower import TowerEncoder, tower_schema
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.types import Batch
+from ssl_rec.vocab import CodedColumn, Vocabularies
 
-RETRIEVAL_FORMAT, RETRIEVAL_VERSION = "ssl-rec-retrieval", 1
-MANIFEST, QUERY_TOWER, VECTORS, IDS = (
-    "manifest.json", "query_tower.pt", "item_vectors.npy", "item_ids.npy"
-)  # fmt: skip
-
-
-@torch.no_grad()
-def export_retrieval(
-    towers: TwoTowerModel,
-    items: Batch,
-    item_ids: torch.Tensor,
-    directory: str | os.PathLike[str],
-    overwrite: bool = False,
-) -> Path:
-    """Write the query tower and the catalogue's item vectors to ``directory`` (atomically).
-
-    Args:
-        towers: the trained two towers; the query encoder must be a ``TowerEncoder``.
-        items: the catalogue, a batch of the item tower's columns (``N`` rows).
-        item_ids: ``int64[N]`` item id of each catalogue row.
-        directory: where to write (must not exist unless ``overwrite``).
-        overwrite: replace an existing directory.
-
-    Returns:
-        ``directory`` as a ``Path``.
-
-    """
-    encoder = towers.query_tower.encoder
-    if not isinstance(encoder, TowerEncoder):
-        raise ValueError(
-            f"export_retrieval: the query encoder is a {type(encoder).__name__}; only a "
-            "TowerEncoder is rebuilt from plain sizes"
-        )
-    if item_ids.shape != (items.batch_size,):
-        raise ValueError(f"export_retrieval: item_ids must be [{items.batch_size}]")
-    was_training = towers.training
-    towers.eval()
-    try:
-        vectors = towers.encode_items(items).float().cpu().numpy()
-    finally:
-        towers.train(was_training)
-    query = towers.query_schema
-    manifest = {
-        "format": RETRIEVAL_FORMAT,
-        "version": RETRIEVAL_VERSION,
-        "schema": towers.schema.to_dict(),
-        "query_fields": [*query.field_names, *query.dense],
-        "embedding_dim": int(towers.query_tower.dims.embedding_dim),
-        "hidden": list(encoder.hidden),
-        "output_dim": int(encoder.output_dim),
-        "n_items": int(items.batch_size),
-    }
-    with atomic_directory(directory, overwrite=overwrite) as tmp:
-        torch.save(towers.query_tower.state_dict(), tmp / QUERY_TOWER)
-        np.save(tmp / VECTORS, vectors)
-        np.save(tmp / IDS, item_ids.long().cpu().numpy())
-        atomic_write_json(tmp / MANIFEST, manifest)
-    return Path(directory)
+Rows = pa.Table | Mapping[str, Sequence[Any]]
+REMEDY = "export the model again"
 
 
 class Retriever:
-    """A query tower and the catalogue's item vectors: ``topk(rows, k)`` items per row.
+    """A query tower, the item index and what raw values mean: ``topk(rows, k)`` per row.
 
-    Build it with :meth:`load`. ``rows`` are batches with every column of :attr:`schema`
-    (the item columns are ignored); only the query tower runs.
+    Build it with :meth:`load`.
+
+    Attributes:
+        schema: the training data's schema (query rows are encoded into it).
+        query_tower: the ``Backbone`` of the query columns, in eval mode.
+        index: the FAISS inner-product index of the catalogue (id ``i`` = row ``i``).
+        item_ids: ``int64[N]`` item id of each catalogue row.
+        item_keys: ``str[N]`` raw key of each catalogue row.
+        vocabulary: raw value -> id of each categorical column, or ``None`` (rows hold ids).
+        dense_scaling: ``column -> (mean, std)`` of the standardised numeric columns.
+
     """
 
     def __init__(
-        self, schema: FeatureSchema, query_tower: Backbone, vectors: torch.Tensor,
-        item_ids: torch.Tensor,
-    ) -> None:  # fmt: skip
-        self.schema, self.query_tower = schema, query_tower.eval()
-        self.vectors, self.item_ids = vectors, item_ids
+        self,
+        schema: FeatureSchema,
+        query_tower: Backbone,
+        index: faiss.Index,
+        item_ids: np.ndarray,
+        item_keys: np.ndarray,
+        vocabulary: Vocabularies | None = None,
+        dense_scaling: Mapping[str, Sequence[float]] | None = None,
+    ) -> None:
+        self.schema, self.query_tower, self.index = schema, query_tower.eval(), index
+        self.item_ids, self.item_keys = np.asarray(item_ids, np.int64), np.asarray(item_keys)
+        self.vocabulary = vocabulary
+        scaling = dense_scaling or {}
+        self.dense_scaling = {k: (float(v[0]), float(v[1])) for k, v in scaling.items()}
+        self._row_of_key = {str(key): row for row, key in enumerate(self.item_keys.tolist())}
+        self._row_of_id = {int(i): row for row, i in enumerate(self.item_ids.tolist())}
         names = query_tower.schema
         self._sparse = torch.tensor([schema.field_index(n) for n in names.field_names])
         self._dense = torch.tensor([list(schema.dense).index(n) for n in names.dense],
                                    dtype=torch.long)  # fmt: skip
 
+    def __len__(self) -> int:
+        """``N``, the number of catalogue items."""
+        return len(self.item_ids)
+
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Retriever:
-        """Open an :func:`export_retrieval` directory.
+        """Open an export directory, each file checked against its recorded CRC-32.
 
         Raises:
-            ValueError: naming the file when it is not such a directory or is inconsistent.
+            ValueError: naming the file when it is not such a directory, is inconsistent or
+                its bytes changed (:class:`~ssl_rec._io.ChecksumError`).
+            FileNotFoundError: a file the manifest lists is missing.
 
         """
         root = Path(directory)
@@ -123,64 +100,185 @@ class Retriever:
             manifest = json.loads(where.read_text())
         except (OSError, ValueError) as e:
             raise ValueError(f"{where}: not a retrieval export ({e})") from e
-        manifest = _checked_manifest(manifest, where)
+        manifest = checked_manifest(manifest, where)
+        sums = manifest["checksums"]
+
+        def checked(name: str) -> Path:
+            verify_file(root / name, sums[name], REMEDY)
+            return root / name
+
         schema = FeatureSchema.from_dict(manifest["schema"])
         query = tower_schema(schema, manifest["query_fields"], "query")
         encoder = partial(TowerEncoder, hidden=manifest["hidden"],
                           output_dim=manifest["output_dim"])  # fmt: skip
         tower = Backbone(query, manifest["embedding_dim"], encoder=encoder)
-        state = torch.load(root / QUERY_TOWER, map_location="cpu", weights_only=True)
+        state = torch.load(checked(QUERY_TOWER), map_location="cpu", weights_only=True)
         tower.load_weights(state, str(root / QUERY_TOWER))
-        vectors = torch.from_numpy(np.load(root / VECTORS, allow_pickle=False)).float()
-        ids = torch.from_numpy(np.load(root / IDS, allow_pickle=False)).long()
-        expected = (manifest["n_items"], manifest["output_dim"])
-        if tuple(vectors.shape) != expected or tuple(ids.shape) != expected[:1]:
+        index = faiss.read_index(str(checked(INDEX)))
+        set_search_params(index, manifest["index"].get("search_params", {}))
+        ids = np.load(checked(IDS), allow_pickle=False)
+        keys = np.load(checked(KEYS), allow_pickle=False)
+        vocabulary = None
+        if manifest.get("vocabulary"):
+            vocabulary = Vocabularies.load(checked(manifest["vocabulary"]))
+            vocabulary.check_schema(schema, str(root / manifest["vocabulary"]))
+        n, dim = manifest["n_items"], manifest["output_dim"]
+        if (index.ntotal, index.d) != (n, dim) or ids.shape != (n,) or keys.shape != (n,):
             raise ValueError(
-                f"{root}: item vectors {tuple(vectors.shape)} and ids {tuple(ids.shape)} do "
-                f"not match the manifest's {expected}"
+                f"{root}: index {index.ntotal} x {index.d}, {ids.shape[0]} ids and "
+                f"{keys.shape[0]} keys do not match the manifest's {n} x {dim}"
             )
-        return cls(schema, tower, vectors, ids)
+        return cls(schema, tower, index, ids, keys, vocabulary, manifest["dense_scaling"])
 
-    @torch.no_grad()
-    def topk(
-        self, rows: Batch, k: int, exclude: Sequence[Sequence[int] | torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scores float32[B, k], item_ids int64[B, k])``, best first, by inner product.
+    @property
+    def query_fields(self) -> list[str]:
+        """The columns a query row must hold (categorical, then numeric)."""
+        tower = self.query_tower.schema
+        return [*tower.field_names, *tower.dense]
 
-        Args:
-            rows: ``B`` full-schema rows (only the query columns are read).
-            k: items per row, ``1..N``.
-            exclude: per row, item ids never to return (its history); ids outside the
-                catalogue are ignored. A row left with fewer than ``k`` items ends with
-                item id ``-1`` and score ``-inf``.
+    def encode(self, rows: Rows) -> tuple[Batch, int]:
+        """Full-schema ``Batch`` of raw ``rows``, and how many values were unknown.
+
+        Categorical query columns are encoded with the vocabulary (a value never seen in
+        training gets id 0, like a missing one); without a vocabulary they must hold ids.
+        Numeric columns are standardised as in training (a missing value becomes 0, the mean).
+        The other columns of the schema stay 0.
+
+        Raises:
+            ValueError: naming the column when one is missing or holds what cannot be encoded.
 
         """
-        if not 1 <= k <= len(self.item_ids):
-            raise ValueError(f"Retriever.topk: k={k} must be in 1..{len(self.item_ids)}")
-        query = Batch(rows.dense[:, self._dense], rows.sparse[:, self._sparse])
-        scores = self.query_tower(query).pooled @ self.vectors.T
+        table = rows if isinstance(rows, pa.Table) else pa.table(dict(rows))
+        n, unknown = table.num_rows, 0
+        sparse = torch.zeros(n, self.schema.n_fields, dtype=torch.long)
+        dense = torch.zeros(n, len(self.schema.dense))
+        tower = self.query_tower.schema
+        for name in tower.field_names:
+            column = _column(table, name)
+            if self.vocabulary is None:
+                ids = _ids(column, name, self.schema.field(name).cardinality)
+            else:
+                text = pc.cast(column, pa.string())
+                ids = self.vocabulary[name].encode(CodedColumn.from_column(text)).astype(np.int64)
+                given = pc.is_valid(text).to_numpy(zero_copy_only=False)
+                unknown += int(((ids == 0) & given).sum())
+            sparse[:, self.schema.field_index(name)] = torch.from_numpy(ids)
+        for name in tower.dense:
+            column = _column(table, name)
+            try:
+                x = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise ValueError(f"column {name!r} of type {column.type} is not numeric") from None
+            mean, std = self.dense_scaling.get(name, (0.0, 1.0))
+            scaled = np.nan_to_num((x - mean) / std, nan=0.0).astype(np.float32)
+            dense[:, list(self.schema.dense).index(name)] = torch.from_numpy(scaled)
+        return Batch(dense, sparse), unknown
+
+    def topk(
+        self, rows: Rows, k: int, exclude: Sequence[Sequence[Any] | None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best items of each raw row: ``(scores float32[B, k], keys [B, k])``.
+
+        Args:
+            rows: ``B`` rows of raw values holding :attr:`query_fields`.
+            k: items per row, ``1..N``.
+            exclude: per row, raw item keys never to return (its history); keys outside the
+                catalogue are ignored. A row left with fewer than ``k`` items ends with key
+                ``None`` and score ``-inf``.
+
+        """
+        batch, _ = self.encode(rows)
+        rows_out = None
         if exclude is not None:
-            if len(exclude) != len(scores):
-                raise ValueError(
-                    f"Retriever.topk: exclude has {len(exclude)} rows, the batch {len(scores)}"
-                )
-            for row, seen in enumerate(exclude):
-                seen = torch.as_tensor(seen, dtype=torch.long).reshape(-1)
-                scores[row, torch.isin(self.item_ids, seen)] = -math.inf
-        top = torch.topk(scores, k, dim=1)
-        ids = self.item_ids[top.indices]
-        return top.values, ids.masked_fill(torch.isneginf(top.values), -1)
+            rows_out = [self.rows_of_keys(seen or []) for seen in exclude]
+        scores, positions = self.search(batch, k, rows_out)
+        keys = np.empty(positions.shape, dtype=object)
+        found = positions >= 0
+        keys[found] = self.item_keys[positions[found]]
+        return scores, keys
+
+    def topk_ids(
+        self, batch: Batch, k: int, exclude: Sequence[Sequence[int] | torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`topk` on encoded rows: ``(scores float32[B, k], item_ids int64[B, k])``.
+
+        ``batch`` holds every column of :attr:`schema` as ids (the item columns are ignored);
+        ``exclude`` lists item ids per row; a short row is padded with id ``-1``.
+        """
+        rows_out = None
+        if exclude is not None:
+            rows_out = [self.rows_of_ids(torch.as_tensor(seen).reshape(-1).tolist())
+                        for seen in exclude]  # fmt: skip
+        scores, positions = self.search(batch, k, rows_out)
+        ids = np.where(positions >= 0, self.item_ids[np.maximum(positions, 0)], -1)
+        return torch.from_numpy(scores), torch.from_numpy(ids)
+
+    @torch.no_grad()
+    def query_vectors(self, batch: Batch) -> np.ndarray:
+        """``float32[B, H]`` unit query vectors of a full-schema ``batch`` of ids."""
+        query = Batch(batch.dense[:, self._dense], batch.sparse[:, self._sparse])
+        return np.ascontiguousarray(self.query_tower(query).pooled.float().numpy())
+
+    def search(
+        self, batch: Batch, k: int, exclude_rows: Sequence[np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores float32[B, k], catalogue rows int64[B, k])`` by inner product, best first.
+
+        ``exclude_rows`` lists per batch row the catalogue rows to leave out; rows the
+        search cannot fill hold ``-1`` with score ``-inf``.
+        """
+        if not 1 <= k <= len(self):
+            raise ValueError(f"Retriever.topk: k={k} must be in 1..{len(self)}")
+        queries = self.query_vectors(batch)
+        if exclude_rows is not None and len(exclude_rows) != len(queries):
+            raise ValueError(
+                f"Retriever.topk: exclude has {len(exclude_rows)} rows, the batch {len(queries)}"
+            )
+        extra = max((len(r) for r in exclude_rows), default=0) if exclude_rows else 0
+        scores, positions = self.index.search(queries, min(len(self), k + extra))
+        keep = positions >= 0
+        for row, out in enumerate(exclude_rows or []):
+            if len(out):
+                keep[row] &= ~np.isin(positions[row], out)
+        order = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # kept first, in rank order
+        positions = np.take_along_axis(np.where(keep, positions, -1), order, 1)
+        scores = np.take_along_axis(np.where(keep, scores, -np.inf), order, 1)
+        return scores.astype(np.float32), positions.astype(np.int64)
+
+    def rows_of_keys(self, keys: Sequence[Any]) -> np.ndarray:
+        """``int64[m]`` catalogue rows of the raw item ``keys`` found (compared as text)."""
+        found = [self._row_of_key.get(str(key)) for key in keys]
+        return np.array([r for r in found if r is not None], dtype=np.int64)
+
+    def rows_of_ids(self, ids: Sequence[int]) -> np.ndarray:
+        """``int64[m]`` catalogue rows of the item ``ids`` found."""
+        found = [self._row_of_id.get(int(i)) for i in ids]
+        return np.array([r for r in found if r is not None], dtype=np.int64)
 
 
-def _checked_manifest(manifest: Any, where: Path) -> Mapping[str, Any]:
-    """The manifest if it is this format's, with each key of the right type."""
-    types = {"schema": dict, "query_fields": list, "embedding_dim": int, "hidden": list,
-             "output_dim": int, "n_items": int}  # fmt: skip
-    if not isinstance(manifest, dict) or manifest.get("format") != RETRIEVAL_FORMAT:
-        raise ValueError(f"{where}: not a retrieval export (format is not {RETRIEVAL_FORMAT!r})")
-    if manifest.get("version") != RETRIEVAL_VERSION:
-        raise ValueError(f"{where}: version {manifest.get('version')!r}, expected 1")
-    wrong = [k for k, t in types.items() if not isinstance(manifest.get(k), t)]
-    if wrong:
-        raise ValueError(f"{where}: missing or mistyped keys {wrong}")
-    return manifest
+def _column(table: pa.Table, name: str) -> pa.ChunkedArray:
+    if name not in table.column_names:
+        raise ValueError(
+            f"no column {name!r}, a query column of the export (columns: {table.column_names})"
+        )
+    return table.column(name)
+
+
+def _ids(column: pa.ChunkedArray, name: str, cardinality: int) -> np.ndarray:
+    """An id column of an export without vocabularies, checked against the field's size."""
+    if column.null_count:
+        raise ValueError(f"column {name!r} has {column.null_count} empty cells")
+    try:
+        ids = pc.cast(column, pa.int64()).to_numpy().copy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ValueError(
+            f"column {name!r} of type {column.type} is not int64 (this export has no "
+            "vocabulary: it knows ids, not raw values)"
+        ) from None
+    bad = (ids < 0) | (ids >= cardinality)
+    if bad.any():
+        raise ValueError(
+            f"column {name!r} holds id {int(ids[bad][0])}, not in the export's "
+            f"0..{cardinality - 1} (this export has no vocabulary: it knows ids, not raw values)"
+        )
+    return ids

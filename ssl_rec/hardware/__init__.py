@@ -11,6 +11,7 @@ from ssl_rec.hardware.memory import estimate_memory
 from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.spec import OPTIMIZERS, POLICIES, TableSpec
+from ssl_rec.hardware.table_allocation import TableMemoryError, declare_tables
 
 __all__ = [
     "OPTIMIZERS",
@@ -18,7 +19,9 @@ __all__ = [
     "Precision",
     "MixedPrecisionEmbedding",
     "MixedPrecisionEmbeddingCollection",
+    "TableMemoryError",
     "TableSpec",
+    "declare_tables",
     "dequantize_rows",
     "estimate_memory",
     "quantize_rows",

@@ -79,6 +79,7 @@ class RowCache(TracksReplacement):
         spec: The table's spec (``cache_fraction``, ``cache_policy``).
         sets: Number of sets (default :func:`cache_geometry`); a row-wise shard holds its
             share of the logical table's sets.
+        meta: Declare the buffers on the meta device (no memory; see ``table_allocation``).
 
     Attributes:
         rows: float32[S * W, D] cached rows.
@@ -92,7 +93,9 @@ class RowCache(TracksReplacement):
 
     """
 
-    def __init__(self, num_rows: int, dim: int, spec: TableSpec, sets: int | None = None) -> None:
+    def __init__(
+        self, num_rows: int, dim: int, spec: TableSpec, sets: int | None = None, meta: bool = False
+    ) -> None:
         super().__init__()
         self.sets = cache_geometry(num_rows, spec) if sets is None else sets
         if self.sets < 0 or (self.sets and (num_rows - 1) // self.sets > TAG_LIMIT):
@@ -100,10 +103,13 @@ class RowCache(TracksReplacement):
         self.policy = spec.cache_policy
         slots = self.sets * CACHE_WAYS
         state_cols = 1 if self.policy == "lru" else CACHE_WAYS
-        self.register_buffer("rows", huge_pages.zeros((slots, dim)))
-        tags = torch.full((self.sets, CACHE_WAYS), EMPTY_TAG, dtype=torch.int16)
+        device = "meta" if meta else "cpu"
+        rows = torch.empty((slots, dim), device=device) if meta else huge_pages.zeros((slots, dim))
+        self.register_buffer("rows", rows)
+        tags = torch.full((self.sets, CACHE_WAYS), EMPTY_TAG, dtype=torch.int16, device=device)
         self.register_buffer("tags", tags)
-        self.register_buffer("state", torch.zeros(self.sets, state_cols, dtype=torch.uint8))
+        state = torch.zeros(self.sets, state_cols, dtype=torch.uint8, device=device)
+        self.register_buffer("state", state)
         self.register_buffer("stats", torch.zeros(4, dtype=torch.int64))
 
     def metadata_bytes(self) -> int:

@@ -14,9 +14,14 @@ from torch import nn
 from ssl_rec.hardware.memory import estimate_memory
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable
+from ssl_rec.hardware.table_allocation import declaring
 from ssl_rec.hardware.table_group import TableGroup
 
 __all__ = ["MixedPrecisionEmbeddingCollection"]
+
+
+def _allocate_hook(module: MixedPrecisionEmbeddingCollection, *args: object) -> None:
+    module.allocate()
 
 
 def _expand_specs(specs: Sequence[TableSpec] | TableSpec, n: int) -> list[TableSpec]:
@@ -46,8 +51,15 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         table_names: One name per table (default ``t0, t1, ...``), e.g. the field names;
             sharding plans address tables by these names.
 
+    Built inside :func:`~ssl_rec.hardware.table_allocation.declare_tables`, the tables are
+    only declared (meta device, no memory): a sharded run allocates each rank's rows
+    (``ssl_rec.distributed``); in one process the first forward, ``state_dict``,
+    ``load_state_dict`` or :meth:`allocate` allocates and initializes them whole, with the
+    values an allocated collection would have had.
+
     Attributes:
         frozen: When True, backward computes no update and forward admits nothing to caches.
+        init_std: The standard deviation the tables were (or will be) initialized with.
 
     Shape:
         - ids: int64[B, F], ``0 <= ids[:, f] < cardinalities[f]``.
@@ -85,18 +97,45 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
             raise ValueError(
                 f"table_names={list(names)} must be {len(cardinalities)} distinct names"
             )
-        tables = [
-            EmbeddingTable(int(c), embedding_dim, s, stream=i)
-            for i, (c, s) in enumerate(zip(cardinalities, specs, strict=True))
-        ]
-        for t in tables:
-            t.init_normal(init_std, seed)
-        self.group = TableGroup(tables, seed)
         self.cardinalities = [int(c) for c in cardinalities]
         self.table_names = list(names)
         self.embedding_dim = embedding_dim
         self.specs = specs
         self.frozen = False
+        self.init_std, self._seed = float(init_std), seed
+        self.declared = declaring()
+        self.group = TableGroup(self._tables(meta=self.declared), seed)
+        # Whatever allocates tables that were declared must run before a state is read.
+        self.register_state_dict_pre_hook(_allocate_hook)
+        self._register_load_state_dict_pre_hook(_allocate_hook, with_module=True)
+
+    def _tables(self, meta: bool) -> list[EmbeddingTable]:
+        tables = []
+        for i, (rows, spec) in enumerate(zip(self.cardinalities, self.specs, strict=True)):
+            table = EmbeddingTable(rows, self.embedding_dim, spec, stream=i,
+                                   name=self.table_names[i], meta=meta)  # fmt: skip
+            if not meta:
+                table.init_normal(self.init_std, self._seed)
+            tables.append(table)
+        return tables
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202 - nn.Module's signature
+        # Declared tables hold nothing to move or cast (``.cpu()``, ``.to()``); they are
+        # allocated on the CPU, where the kernels run.
+        return self if self.declared else super()._apply(fn, recurse)
+
+    def allocate(self) -> None:
+        """Allocate and initialize declared tables whole (nothing if they are allocated).
+
+        Raises:
+            TableMemoryError: A table does not fit (names the table and its bytes).
+
+        """
+        if not self.declared:
+            return
+        group = TableGroup(self._tables(meta=False), self._seed)
+        group.step.copy_(self.group.step)
+        self.group, self.declared = group, False
 
     @property
     def num_tables(self) -> int:
@@ -117,10 +156,13 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
             IndexError: An id is outside ``[0, cardinality)`` (names table, id, cardinality).
 
         """
+        if self.declared:
+            self.allocate()
         return self.group(ids, train=self.training and not self.frozen)
 
     def dequantize_rows(self, table: int, ids: torch.Tensor) -> torch.Tensor:
         """Current values (cache if cached, else store) of rows ``ids`` int64[n]: float32[n, D]."""
+        self.allocate()
         return self.group.dequantize_rows(table, ids)
 
     def set_learning_rate(self, learning_rate: float) -> None:
@@ -130,6 +172,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
 
     def load_float(self, table: int, weight: torch.Tensor) -> None:
         """Quantize float32[R, D] ``weight`` into table ``table`` (any source precision)."""
+        self.allocate()
         self.group.wait()
         self.group.tables[table].load_float(weight)
 
@@ -192,6 +235,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
 
     def reset_optimizer_state(self) -> None:
         """Zero every table's row-wise Adagrad accumulator."""
+        self.allocate()
         self.group.wait()
         for table in self.group.tables:
             table.momentum.zero_()
@@ -237,6 +281,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         if ids is not None and (ids.dim() != 2 or ids.shape[1] != self.num_tables):
             raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {self.num_tables}]")
         if self.training and not self.frozen:
+            self.allocate()
             self.group.schedule_prefetch(ids, background)
 
     @staticmethod

@@ -44,6 +44,11 @@ class TableSpec:
             evict one that may be hot. ``1`` admits every miss. Measured in
             ``docs/hardware.md`` ("Cache", admission count): 2 raises the hit rate and
             removes most evictions at the same accuracy.
+        weight_decay: L2 weight decay of the fused optimizer, ``>= 0``: each row a batch
+            updates gets ``weight_decay * w`` (``w`` its current value) added to its summed
+            gradient before the SGD or row-wise Adagrad step, as FBGEMM's
+            ``weight_decay_mode`` L2 does. Lazy: rows the batch does not look up (or whose
+            gradient is exactly zero) do not decay. ``0`` is the plain optimizer.
 
     Example:
         >>> TableSpec(precision="int8", cache_fraction=0.05).cache_policy
@@ -60,6 +65,7 @@ class TableSpec:
     eps: float = 1e-8
     store_dir: str | None = None
     admission_count: int = 2
+    weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "TableSpec"
@@ -77,6 +83,8 @@ class TableSpec:
             )
         check_positive(owner, "learning_rate", self.learning_rate)
         check_nonnegative(owner, "eps", self.eps)
+        decay = check_nonnegative(owner, "weight_decay", self.weight_decay)
+        object.__setattr__(self, "weight_decay", decay)
         if not isinstance(self.stochastic_rounding, bool):
             raise ValueError(
                 f"TableSpec.stochastic_rounding must be a bool, got {self.stochastic_rounding!r}"

@@ -20,8 +20,10 @@ from ssl_rec.hardware.buffer_epoch import TracksReplacement
 from ssl_rec.hardware.cache import RowCache
 from ssl_rec.hardware.kernels.table_meta import MAX_ADMISSION, OPTIMIZER_CODES, POLICY_CODES
 from ssl_rec.hardware.memory import table_memory
+from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.quantization import dequantize_rows, quantize_rows
 from ssl_rec.hardware.spec import TableSpec
+from ssl_rec.hardware.table_allocation import allocating
 
 INIT_CHUNK_ROWS = 1 << 16
 MAX_DIM = 2048  # the compiled kernels' per-row scratch size
@@ -83,6 +85,9 @@ class EmbeddingTable(TracksReplacement):
         store_path: Memory-map the store to this file (created or overwritten) instead of RAM
             (default: a file in ``spec.store_dir`` if set).
         shard: The global rows this table holds (default: all rows of the logical table).
+        name: The table's name in messages (default ``stream {stream}``).
+        meta: Declare the buffers on the meta device: shapes only, no memory, no store file
+            (see :mod:`~ssl_rec.hardware.table_allocation`).
 
     Attributes:
         store: uint8[R, row_bytes] fused rows or float[R, D].
@@ -105,6 +110,8 @@ class EmbeddingTable(TracksReplacement):
         stream: int,
         store_path: str | None = None,
         shard: RowShard = RowShard(),  # noqa: B008 - immutable
+        name: str | None = None,
+        meta: bool = False,
     ) -> None:
         super().__init__()
         if num_rows <= 0 or not 0 < dim <= MAX_DIM:
@@ -114,25 +121,71 @@ class EmbeddingTable(TracksReplacement):
         if shard.offset < 0 or shard.stride < 1:
             raise ValueError(f"shard {shard} needs offset >= 0 and stride >= 1")
         self.stream, self.shard = stream, shard
+        self.name = f"stream {stream}" if name is None else name
         self.row_offset, self.row_stride = shard.offset, shard.stride
         shape = spec.precision.store_shape(num_rows, dim)
-        if store_path is None and spec.store_dir is not None:
-            store = _store_in_dir(shape, spec.precision.dtype, spec.store_dir, stream)
-        else:
-            store = _open_store(shape, spec.precision.dtype, store_path)
-        self.register_buffer("store", store)
+        dtype = spec.precision.dtype
         mom_rows = num_rows if spec.optimizer == "rowwise_adagrad" else 0
-        self.register_buffer("momentum", huge_pages.zeros((mom_rows,)))
-        self.cache = RowCache(num_rows, dim, spec, sets=shard.cache_sets)
+        if meta:
+            self.register_buffer("store", torch.empty(shape, dtype=dtype, device="meta"))
+            self.register_buffer("momentum", torch.empty((mom_rows,), device="meta"))
+            self.cache = RowCache(num_rows, dim, spec, sets=shard.cache_sets, meta=True)
+            return
+        where = f"store ({num_rows} rows x {dim}, {spec.precision})"
+        with allocating(self.name, where, shape[0] * shape[1] * dtype.itemsize):
+            if store_path is None and spec.store_dir is not None:
+                store = _store_in_dir(shape, dtype, spec.store_dir, stream)
+            else:
+                store = _open_store(shape, dtype, store_path)
+        self.register_buffer("store", store)
+        with allocating(self.name, f"optimizer state ({mom_rows} rows)", mom_rows * 4):
+            self.register_buffer("momentum", huge_pages.zeros((mom_rows,)))
+        sets = shard.cache_sets
+        with allocating(self.name, "cache", table_memory(num_rows, dim, spec, sets)["cache_rows"]):
+            self.cache = RowCache(num_rows, dim, spec, sets=sets)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the buffers are only declared (meta device, no memory)."""
+        return self.store.is_meta
 
     @torch.no_grad()
-    def init_normal(self, std: float, seed: int) -> None:
-        """Fill the store with N(0, std^2) rows, rounded to nearest, chunk by chunk."""
+    def init_normal(self, std: float, seed: int, logical_rows: int | None = None) -> None:
+        """Fill the store with N(0, std^2) rows, rounded to nearest, chunk by chunk.
+
+        The values are those of the logical table's rows, whatever rows this table holds:
+        a shard draws the logical table's random stream (``INIT_CHUNK_ROWS`` rows at a time)
+        up to its last row and keeps its own rows, so its initial rows do not depend on how
+        the table is split, and memory stays one chunk above the shard's.
+
+        Args:
+            std: Standard deviation.
+            seed: The collection's seed (the stream is keyed by ``seed`` and ``stream``).
+            logical_rows: Rows of the logical table (default: this table's, for a whole table).
+
+        """
+        total = self.num_rows if logical_rows is None else logical_rows
+        offset, stride = self.row_offset, self.row_stride
+        last = offset + (self.num_rows - 1) * stride
+        if last >= total:
+            raise ValueError(f"table {self.name!r}: shard rows reach {last}, table has {total}")
         gen = torch.Generator().manual_seed(seed * 1_000_003 + self.stream)
-        for start in range(0, self.num_rows, INIT_CHUNK_ROWS):
-            n = min(INIT_CHUNK_ROWS, self.num_rows - start)
-            rows = torch.randn(n, self.dim, generator=gen) * std
-            self.store[start : start + n] = quantize_rows(rows, self.spec.precision)
+        # One chunk buffer for all chunks: a fresh one per chunk would leave the allocator's
+        # heap grown by several chunks, which a tight memory limit then refuses to a store.
+        buffer = torch.empty(min(INIT_CHUNK_ROWS, total), self.dim)
+        for start in range(0, last + 1, INIT_CHUNK_ROWS):
+            n = min(INIT_CHUNK_ROWS, total - start)
+            rows = torch.randn(n, self.dim, generator=gen, out=buffer[:n]).mul_(std)
+            first = max(0, -(-(start - offset) // stride))  # first local row in this chunk
+            if stride != 1:
+                rows = rows[offset + first * stride - start :: stride][: self.num_rows - first]
+                rows = rows.contiguous()
+            elif offset:
+                rows = rows[offset + first - start :][: self.num_rows - first]
+            if len(rows):  # (quantize_rows would copy FP32 rows first)
+                fp32 = self.spec.precision is Precision.fp32
+                values = rows if fp32 else quantize_rows(rows, self.spec.precision)
+                self.store[first : first + len(rows)] = values
 
     @torch.no_grad()
     def load_float(self, weight: torch.Tensor) -> None:

@@ -81,7 +81,7 @@ class TableGroup(nn.Module):
         self.seed = seed
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
         self._meta = torch.tensor([t.meta_row() for t in tables], dtype=torch.int64)
-        hp = [[t.spec.learning_rate, t.spec.eps] for t in tables]
+        hp = [[t.spec.learning_rate, t.spec.eps, t.spec.weight_decay] for t in tables]
         self._hparams = torch.tensor(hp, dtype=torch.float32)
         self._limits = torch.tensor([t.num_rows for t in tables], dtype=torch.int64)
         self._low_precision = any(t.spec.precision is not Precision.fp32 for t in tables)

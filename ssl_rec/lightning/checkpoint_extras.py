@@ -7,8 +7,12 @@
   a record only; loading never reads it.
 - ``rng_states``: the global random generators, restored when training resumes.
 
-``CTRModule`` and ``PretrainModule`` call :func:`save_artifact`, :func:`restore_artifact`
-and :func:`adopt_data_vocabulary` from their checkpoint and ``setup`` hooks.
+The dense columns' training statistics are buffers of the backbone (in ``state_dict``); a
+model that has none yet takes its data's at ``setup`` (:func:`adopt_data_dense_statistics`).
+
+``CTRModule`` and ``PretrainModule`` call :func:`save_artifact`, :func:`restore_artifact`,
+:func:`adopt_data_vocabulary` and :func:`adopt_data_dense_statistics` from their checkpoint
+and ``setup`` hooks.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from ssl_rec.vocab import Vocabularies
+from ssl_rec.vocab import DenseStatistics, Vocabularies
 
 SCHEMA_KEY = "feature_schema"
 VOCABULARY_KEY = "vocabulary"
@@ -79,6 +83,19 @@ def adopt_data_vocabulary(module: pl.LightningModule) -> None:
         module.backbone.set_vocabulary(data_vocabulary)
     elif mine.disagreeing(data_vocabulary):
         _reencode(datamodule, mine, data_vocabulary, "the model")
+
+
+def adopt_data_dense_statistics(module: pl.LightningModule) -> None:
+    """At ``setup``: a backbone without dense statistics takes its data module's.
+
+    A backbone built from the data's schema, loaded from a checkpoint or initialised from
+    one (``init_from``) keeps the statistics it has: its weights were trained with them.
+    """
+    trainer = attached_trainer(module)
+    statistics = getattr(getattr(trainer, "datamodule", None), "dense_statistics", None)
+    backbone = module.backbone
+    if isinstance(statistics, DenseStatistics) and not backbone.dense_statistics_set:
+        backbone.set_dense_statistics(statistics)
 
 
 def _reencode(datamodule: Any, wanted: Vocabularies, used: Vocabularies, whose: str) -> None:

@@ -24,6 +24,7 @@ from ssl_rec.schema import FeatureSchema
 from ssl_rec.vocab import Vocabularies
 
 BACKBONE_PREFIX = "backbone."
+_EMBEDDING = "embedding."  # the tables and [MASK] tokens inside a backbone's state
 # The configs a checkpoint rebuilds its module and data module from.
 HPARAMS, DM_HPARAMS = "hyper_parameters", "datamodule_hyper_parameters"
 
@@ -112,14 +113,19 @@ def vocabulary_of(checkpoint: Mapping[str, Any], where: str = "checkpoint") -> V
 
 
 def load_backbone_weights(
-    backbone: Backbone, path: str | os.PathLike[str], schema: FeatureSchema | None = None
-) -> dict[str, str]:
+    backbone: Backbone, path: str | os.PathLike[str], schema: FeatureSchema | None = None,
+    transfer: str = "backbone",
+) -> dict[str, str]:  # fmt: skip
     """Load the ``backbone.*`` entries and the vocabulary of checkpoint ``path``.
 
     Tables load at any precision (:meth:`ssl_rec.models.Backbone.load_weights`). Rows are
     attached by raw value, never by position alone: when ``schema`` says which
     vocabularies its data was encoded with (``metadata["vocabulary"]``), they must be the
     checkpoint's.
+
+    ``transfer="tables"`` loads the embedding tables and ``[MASK]`` tokens only: the
+    backbone keeps its own (fresh) encoder and dense statistics, which may then differ from
+    the checkpoint's (another encoder class or size; ``embedding_dim`` must match).
 
     Returns:
         Provenance of the weights: ``{"file": name, "sha256": hex}``.
@@ -139,7 +145,15 @@ def load_backbone_weights(
     }
     if not weights:
         raise ValueError(f"{path}: checkpoint has no '{BACKBONE_PREFIX}*' weights")
+    if transfer == "tables":  # the rest stays this backbone's own
+        own = {k: v for k, v in backbone.state_dict().items() if not k.startswith(_EMBEDDING)}
+        weights = {**{k: v for k, v in weights.items() if k.startswith(_EMBEDDING)}, **own}
+    elif transfer != "backbone":
+        raise ValueError(f"transfer must be 'backbone' or 'tables', got {transfer!r}")
+    fitted = backbone.dense_statistics_set
     backbone.load_weights(weights, where=str(path))
+    if transfer == "tables" and not fitted:  # still to be taken from the data at setup
+        backbone.set_dense_statistics(None)
     if vocabulary is not None:
         backbone.set_vocabulary(vocabulary)
     digest = file_sha256(path) if Path(path).is_file() else None  # a DCP checkpoint is a dir

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from ssl_rec.lightning.checkpoint_loading import load_module, read_checkpoint
 from ssl_rec.lightning.ctr_module import CTRModule
 from ssl_rec.quantize.model import Architecture, FloatCTR
+from ssl_rec.quantize.serving_wide import ServingWide
 
 __all__ = ["load_ctr"]
 
@@ -44,7 +45,11 @@ def load_ctr(ckpt: str | os.PathLike[str]) -> tuple[CTRModule, FloatCTR]:
     encoder = dict(
         backbone["init_args"].get("encoder") or {"class_path": "ssl_rec.models.DLRMEncoder"}
     )
+    wide = None if module.wide is None else ServingWide.from_wide(module.wide)
     architecture = Architecture(
-        module.backbone.dims.embedding_dim, encoder, list(hparams.get("head_hidden") or [])
+        module.backbone.dims.embedding_dim,
+        encoder,
+        list(hparams.get("head_hidden") or []),
+        wide=wide is not None,
     )
-    return module, FloatCTR.from_backbone(module.backbone, module.head, architecture)
+    return module, FloatCTR.from_backbone(module.backbone, module.head, architecture, wide)

@@ -8,18 +8,39 @@ import torch
 import torch.nn.functional as F
 
 from ssl_rec.lightning.checkpoint_loading import load_backbone_weights
-from ssl_rec.lightning.module_config import BackboneFactory, backbone_factory, module_hparams
-from ssl_rec.lightning.standalone import StandaloneModule
+from ssl_rec.lightning.module_config import (
+    BackboneFactory,
+    backbone_factory,
+    build_objectives,
+    module_hparams,
+)
+from ssl_rec.lightning.objective_set import ObjectiveModule, check_objectives
+from ssl_rec.lightning.transfer_schedule import (
+    TransferParts,
+    apply_backbone_freeze,
+    check_transfer_settings,
+    dense_parameter_groups,
+    regroup_optimizer_state,
+)
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.heads import CTRHead
+from ssl_rec.models.wide import wide_term
+from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
 
 FinetuneMode = Literal["full", "linear_probe"]
 
 
-class CTRModule(StandaloneModule):
+class CTRModule(ObjectiveModule):
     """Click-through-rate prediction: ``logit = head(backbone(batch).pooled)``.
+
+    Self-supervised objectives may join as auxiliary losses (joint training): the training
+    loss is the binary cross-entropy over the rows whose label is finite plus
+    ``sum_i weight_i * objective_i(batch, backbone)`` over all rows, composed as
+    ``PretrainModule`` composes them. Rows labeled NaN (semi-supervised batches, see
+    ``ArrowDataModule.unlabeled_per_batch``) feed the objectives only. Validation, test and
+    prediction use the click head alone.
 
     Embedding tables update themselves in backward (fused optimizer, see
     ``ssl_rec.hardware``); the optimizer built here steps the dense parameters only.
@@ -48,6 +69,27 @@ class CTRModule(StandaloneModule):
         embedding_lr: learning rate of the tables' fused optimizer during this run,
             overriding the backbone's ``TableSpec.learning_rate`` (``None`` keeps it); a
             smaller value fine-tunes pretrained embeddings gently.
+        objectives: name -> self-supervised objective added to the training loss (an
+            instance or a ``class_path`` dict); names appear in log keys
+            (``train/{name}/{metric}``). Adversarial objectives (those with generator
+            parameters) are refused: train them with ``PretrainModule``.
+        objective_weights: name -> weight of each objective's loss (default 1; ``>= 0``).
+        wide: add Wide & Deep's linear term to the logit (:class:`~ssl_rec.models.WideTerm`:
+            a learned scalar per id of every field, in tables trained by each field's fused
+            optimizer, plus a linear map of the dense features); ``False`` (default) is the
+            deep model alone.
+        transfer: what ``init_from`` gives: ``backbone`` (default) its tables, ``[MASK]``
+            tokens, encoder and dense statistics; ``tables`` the tables and ``[MASK]`` tokens
+            only, with a fresh encoder (which may be another class or size).
+        encoder_lr_scale: the backbone's dense parameters (encoder, ``[MASK]`` tokens) step
+            at ``learning_rate * encoder_lr_scale`` and the head at ``learning_rate``
+            (``> 0``; 1 = one learning rate; the tables follow ``embedding_lr``).
+        freeze_backbone_epochs: train the head alone (backbone and tables frozen) for the
+            first ``N`` epochs, then everything: linear probing then fine-tuning (LP-FT,
+            Kumar et al., ICLR 2022). ``0`` (default) fine-tunes from the first step. The
+            phase follows the trainer's epoch, so a resumed run stays in its phase. Needs
+            ``finetune=full`` and no objectives. See
+            :mod:`ssl_rec.lightning.transfer_schedule`.
 
     Example:
         >>> from functools import partial
@@ -71,6 +113,12 @@ class CTRModule(StandaloneModule):
         init_from: str | None = None,
         finetune: FinetuneMode = "full",
         embedding_lr: float | None = None,
+        objectives: dict[str, Objective] | None = None,
+        objective_weights: dict[str, float] | None = None,
+        wide: bool = False,
+        transfer: TransferParts = "backbone",
+        encoder_lr_scale: float = 1.0,
+        freeze_backbone_epochs: int = 0,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -85,19 +133,35 @@ class CTRModule(StandaloneModule):
             )
         if embedding_lr is not None and not embedding_lr > 0:
             raise ValueError(f"CTRModule.embedding_lr must be > 0, got {embedding_lr}")
+        check_transfer_settings(
+            transfer, encoder_lr_scale, freeze_backbone_epochs, finetune, bool(objectives)
+        )
         factory = backbone_factory(backbone, "CTRModule")
+        objectives = build_objectives(objectives or {}, "CTRModule")
+        weights = check_objectives(
+            objectives, objective_weights, "CTRModule", "objective_weights", required=False
+        )
+        if objectives and finetune == "linear_probe":
+            raise ValueError(
+                f"CTRModule: objectives {sorted(objectives)} cannot train a frozen backbone "
+                "(finetune=linear_probe); use finetune=full or drop the objectives"
+            )
         self.schema = as_schema(schema)
         schema = self.schema.to_dict()
         self.save_hyperparameters(module_hparams(
             self, backbone=backbone, schema=schema, head_hidden=list(head_hidden or []),
             learning_rate=learning_rate, weight_decay=weight_decay, init_from=None,
-            finetune=finetune, embedding_lr=embedding_lr,
+            finetune=finetune, embedding_lr=embedding_lr, objectives=objectives or None,
+            objective_weights=objective_weights, wide=bool(wide), transfer=transfer,
+            encoder_lr_scale=float(encoder_lr_scale), freeze_backbone_epochs=freeze_backbone_epochs,
         ))  # fmt: skip
         self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
+        self.wide = wide_term(self.backbone) if wide else None
         self.provenance: dict[str, Any] = {}
+        self._schedule_frozen: list[torch.nn.Parameter] = []
         if init_from:
-            source = load_backbone_weights(self.backbone, init_from, self.schema)
+            source = load_backbone_weights(self.backbone, init_from, self.schema, transfer)
             self.provenance["init_from"] = source
             # A fresh table optimizer, like the dense one: pretraining accumulators would
             # shrink the embedding step by an amount that depends on the pretraining objective.
@@ -107,17 +171,55 @@ class CTRModule(StandaloneModule):
         if finetune == "linear_probe":
             self.backbone.requires_grad_(False)
             self.backbone.freeze_tables()
+        self.compose_objectives(objectives, weights)
+        if self.adversarial:
+            name = self.adversarial[0]
+            raise ValueError(
+                f"CTRModule.objectives[{name!r}] ({type(objectives[name]).__name__}) trains a "
+                "generator adversarially, which CTRModule does not support; use it in "
+                "PretrainModule, or another objective here"
+            )
         self.val_metrics = ctr_metrics("val/")
         self.test_metrics = ctr_metrics("test/")
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Click logits ``float32[B]`` for ``batch``."""
-        return self.head(self.backbone(batch).pooled)
+        logits = self.head(self.backbone(batch).pooled)
+        return logits if self.wide is None else logits + self.wide(batch.sparse, batch.dense)
+
+    def click_loss(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        """Mean BCE over the rows of ``batch`` whose label is finite, and how many there are.
+
+        Rows labeled NaN (unlabeled) are not fed to the click head; a batch without a
+        finite label gives a zero loss.
+
+        Raises:
+            ValueError: the batch has unlabeled rows and this module has no objective.
+
+        """
+        labels = _labels(batch)
+        finite = torch.isfinite(labels)
+        labeled = int(finite.sum())
+        if labeled == batch.batch_size:
+            return F.binary_cross_entropy_with_logits(self(batch), labels), labeled
+        if not self.objectives:
+            raise ValueError(
+                f"CTRModule got a batch with {batch.batch_size - labeled} unlabeled rows "
+                "(label NaN) but has no objectives: unlabeled rows need an objective "
+                "(model.objectives), or train on labeled rows only (data.unlabeled_per_batch 0)"
+            )
+        if not labeled:
+            return labels.new_zeros(()), 0
+        return F.binary_cross_entropy_with_logits(
+            self(_rows(batch, finite.nonzero().squeeze(1))), labels[finite]
+        ), labeled
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        """BCE loss on one labeled batch."""
-        labels = _labels(batch)
-        loss = F.binary_cross_entropy_with_logits(self(batch), labels)
+        """BCE over the labeled rows plus the weighted objectives over all rows."""
+        loss, labeled = self.click_loss(batch)
+        if self.objectives:
+            self.log("train/ctr_loss", loss, batch_size=max(labeled, 1))
+            loss = loss + self.objective_loss(batch, "train")
         self.log("train/loss", loss, prog_bar=True, batch_size=batch.batch_size)
         return loss
 
@@ -149,11 +251,45 @@ class CTRModule(StandaloneModule):
         self.test_metrics.reset()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Adam over the dense parameters that require grad."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        return torch.optim.Adam(
-            params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay
-        )
+        """Adam over the dense parameters that require grad (the backbone's at its own rate).
+
+        Under a freezing schedule the backbone's parameters are held while frozen too, so
+        the optimizer's state has one layout in both phases.
+        """
+        groups = dense_parameter_groups(
+            self, self.backbone, self.hparams.learning_rate, self.hparams.encoder_lr_scale,
+            scheduled=self.hparams.freeze_backbone_epochs > 0,
+        )  # fmt: skip
+        return torch.optim.Adam(groups, weight_decay=self.hparams.weight_decay)
+
+    @property
+    def backbone_frozen_by_schedule(self) -> bool:
+        """Whether the trainer's epoch is one of the first ``freeze_backbone_epochs``."""
+        return self.current_epoch < self.hparams.freeze_backbone_epochs
+
+    def on_train_epoch_start(self) -> None:
+        """Enter the freezing schedule's phase of this epoch (``freeze_backbone_epochs``)."""
+        epochs = self.hparams.freeze_backbone_epochs
+        if epochs:
+            apply_backbone_freeze(self.backbone, self._schedule_frozen, self.current_epoch < epochs)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the artifact, and fit a resumed optimizer state to this run's groups."""
+        super().on_load_checkpoint(checkpoint)
+        states = checkpoint.get("optimizer_states") or []
+        if len(states) == 1:  # another encoder_lr_scale may have split the groups otherwise
+            groups = dense_parameter_groups(
+                self, self.backbone, self.hparams.learning_rate, self.hparams.encoder_lr_scale,
+                scheduled=self.hparams.freeze_backbone_epochs > 0,
+            )  # fmt: skip
+            regroup_optimizer_state(states[0], groups)
+
+
+def _rows(batch: Batch, index: torch.Tensor) -> Batch:
+    """The rows ``index int64[k]`` of ``batch``."""
+    row_id = None if batch.row_id is None else batch.row_id[index]
+    label = None if batch.label is None else batch.label[index]
+    return Batch(batch.dense[index], batch.sparse[index], label, row_id)
 
 
 def _labels(batch: Batch) -> torch.Tensor:

@@ -99,8 +99,8 @@ def check_finite_weights(module: nn.Module, step: int, chunk_rows: int = CHUNK_R
     """
     with torch.no_grad():
         for tables in module.modules():
-            if not isinstance(tables, MixedPrecisionEmbeddingCollection):
-                continue
+            if not isinstance(tables, MixedPrecisionEmbeddingCollection) or tables.declared:
+                continue  # declared tables hold no values yet
             tables.group.wait()
             for table, name in zip(tables.group.tables, tables.table_names, strict=True):
                 count, first = nonfinite_rows(table, chunk_rows)
@@ -121,10 +121,12 @@ def check_finite_weights(module: nn.Module, step: int, chunk_rows: int = CHUNK_R
 def loss_description(module: nn.Module) -> str:
     """What a module's training loss is, for messages (CTR loss or the objectives' sum)."""
     objectives = getattr(module, "objectives", None)
-    if isinstance(objectives, nn.ModuleDict) and len(objectives):
-        return f"the training loss (weighted sum of objectives {list(objectives)})"
+    names = list(objectives) if isinstance(objectives, nn.ModuleDict) else []
     if type(module).__name__ == "CTRModule":
-        return "the CTR loss (binary cross-entropy)"
+        extra = f" plus weighted objectives {names}" if names else ""
+        return f"the CTR loss (binary cross-entropy{extra})"
+    if names:
+        return f"the training loss (weighted sum of objectives {names})"
     return f"the training loss of {type(module).__name__}"
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
 
 from ssl_rec.lightning.finite_checks import check_finite_loss
 from ssl_rec.lightning.module_config import (
@@ -15,18 +13,20 @@ from ssl_rec.lightning.module_config import (
     build_objectives,
     module_hparams,
 )
-from ssl_rec.lightning.standalone import StandaloneModule
+from ssl_rec.lightning.objective_set import ObjectiveModule, check_objectives
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
 
 
-class PretrainModule(StandaloneModule):
+class PretrainModule(ObjectiveModule):
     """Self-supervised pretraining: ``loss = sum_i weight_i * objective_i(batch, backbone)``.
 
     Objectives are composed, not inherited: each is an ``nn.Module`` holding its own heads;
     this module builds the backbone, calls ``objective.setup(backbone)`` once, sums the
-    weighted losses and logs ``{stage}/{objective}/{metric}``. Batches may be unlabeled.
+    weighted losses and logs ``{stage}/{objective}/{metric}`` (the composition
+    :class:`~ssl_rec.lightning.objective_set.ObjectiveModule` shares with ``CTRModule``'s
+    auxiliary objectives). Batches may be unlabeled.
 
     When an objective declares generator parameters (adversarial objectives), training
     switches to manual optimization, kept in :meth:`_adversarial_step` only (the pattern of
@@ -80,7 +80,7 @@ class PretrainModule(StandaloneModule):
         _check_hyperparameters(learning_rate, weight_decay, gradient_clip)
         factory = backbone_factory(backbone, "PretrainModule")
         objectives = build_objectives(objectives, "PretrainModule")
-        self.objective_weights = _check_objectives(objectives, weights)
+        checked_weights = check_objectives(objectives, weights, "PretrainModule")
         self.schema = as_schema(schema)
         schema = self.schema.to_dict()
         self.save_hyperparameters(module_hparams(
@@ -90,10 +90,7 @@ class PretrainModule(StandaloneModule):
         ))  # fmt: skip
         self.provenance: dict[str, Any] = {}
         self.backbone = factory(schema)
-        self.objectives = nn.ModuleDict(objectives)
-        for objective in self.objectives.values():
-            objective.setup(self.backbone)
-        self.adversarial = [n for n, o in self.objectives.items() if o.generator_parameters()]
+        self.compose_objectives(objectives, checked_weights)
         self.automatic_optimization = not self.adversarial
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -101,18 +98,9 @@ class PretrainModule(StandaloneModule):
         return self.backbone(batch).pooled
 
     def _losses(self, batch: Batch, stage: str) -> torch.Tensor:
-        total = 0.0
-        for name, objective in self.objectives.items():
-            out = objective(batch, self.backbone)
-            check_finite_loss(out.loss, f"the {stage} loss of objective {name!r}", self.global_step)
-            total = total + self.objective_weights[name] * out.loss
-            self._log(stage, name, out.logs, batch.batch_size)
+        total = self.objective_loss(batch, stage)
         self.log(f"{stage}/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
-
-    def _log(self, stage: str, name: str, logs: Mapping[str, Any], batch_size: int) -> None:
-        values = {f"{stage}/{name}/{k}": v for k, v in logs.items()}
-        self.log_dict(values, batch_size=batch_size, on_step=stage == "train", on_epoch=True)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor | None:
         """Weighted objective loss (automatic) or one adversarial round (manual)."""
@@ -143,7 +131,7 @@ class PretrainModule(StandaloneModule):
             self._clip(generator_opt)
             generator_opt.step()
             self.untoggle_optimizer(generator_opt)
-            self._log(
+            self.log_objective(
                 "train",
                 f"{name}/generator",
                 {"loss": out.loss.detach(), **out.logs},
@@ -182,29 +170,3 @@ def _check_hyperparameters(learning_rate: float, weight_decay: float, gradient_c
         raise ValueError(f"PretrainModule.weight_decay must be >= 0, got {weight_decay}")
     if not gradient_clip >= 0:
         raise ValueError(f"PretrainModule.gradient_clip must be >= 0, got {gradient_clip}")
-
-
-def _check_objectives(
-    objectives: Mapping[str, Objective], weights: Mapping[str, float] | None
-) -> dict[str, float]:
-    """Validate names/types and return name -> weight (1.0 unless given)."""
-    if not objectives:
-        raise ValueError("PretrainModule needs at least one objective in `objectives`")
-    for name, objective in objectives.items():
-        if not isinstance(objective, Objective):
-            raise TypeError(
-                f"objectives[{name!r}] is a {type(objective).__name__}, not an "
-                "ssl_rec.objectives.Objective (check its class_path)"
-            )
-        if not name.isidentifier():
-            raise ValueError(f"objective name {name!r} must be an identifier (it is a log key)")
-    weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(objectives))
-    if unknown:
-        raise ValueError(
-            f"weights name unknown objectives {unknown}; objectives are {sorted(objectives)}"
-        )
-    for name, w in weights.items():
-        if not w >= 0:
-            raise ValueError(f"weights[{name!r}] must be >= 0, got {w}")
-    return {name: float(weights.get(name, 1.0)) for name in objectives}

@@ -24,6 +24,7 @@ from ssl_rec.quantize import (
     read_manifest,
     read_report,
 )
+from ssl_rec.quantize.serving_wide import ServingWide
 from ssl_rec.types import Batch
 
 __all__ = ["QuantizationMonitor"]
@@ -130,7 +131,9 @@ class QuantizationMonitor(pl.Callback):
                 f"QuantizationMonitor needs a CTR module (backbone and head), got "
                 f"{type(pl_module).__name__}"
             )
-        source = FloatCTR.from_backbone(backbone, head)
+        wide = getattr(pl_module, "wide", None)  # CTRModule(wide=True): served in FP32
+        wide = None if wide is None else ServingWide.from_wide(wide)
+        source = FloatCTR.from_backbone(backbone, head, wide=wide)
         builder = ModelBuilder(source)
         plan = self.plan or self.default_plan(source)
         if plan.tables.keys() != source.fp32_plan().tables.keys() or (

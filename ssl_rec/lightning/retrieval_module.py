@@ -12,8 +12,8 @@ from torch import nn
 
 from ssl_rec._checks import check_at_least, check_choice, check_nonnegative, check_positive
 from ssl_rec.evaluation.item_catalogue import ItemCatalogue
+from ssl_rec.evaluation.retrieval_export import export_retrieval
 from ssl_rec.evaluation.retrieval_metrics import tail_items
-from ssl_rec.evaluation.retriever import export_retrieval
 from ssl_rec.lightning.finite_checks import check_finite_loss
 from ssl_rec.lightning.module_config import build_objectives, instantiate_config, module_hparams
 from ssl_rec.models.backbone import as_schema
@@ -22,8 +22,10 @@ from ssl_rec.objectives.base import Objective
 from ssl_rec.objectives.item_frequency import StreamingItemFrequency, counts_log_q
 from ssl_rec.objectives.sampled_softmax import SampledSoftmax, mixed_log_q
 from ssl_rec.types import Batch
+from ssl_rec.vocab import Vocabularies
 
 TowersFactory = Callable[[dict], TwoTowerModel]
+VOCABULARY_KEY, SCALING_KEY = "vocabulary", "dense_scaling"
 LogQSource = Literal["streaming", "counts", "none"]
 
 
@@ -120,6 +122,8 @@ class RetrievalModule(pl.LightningModule):
                 f"of the query tower {query_fields}"
             )
         self.catalogue: ItemCatalogue | None = None
+        self.vocabulary: Vocabularies | None = None
+        self.dense_scaling: dict[str, tuple[float, float]] = {}
         self._item_vectors: torch.Tensor | None = None
         self._val_sums: dict[str, float] = {}
 
@@ -132,8 +136,16 @@ class RetrievalModule(pl.LightningModule):
         self.catalogue = catalogue
 
     def setup(self, stage: str) -> None:
-        """Take the catalogue (and, for ``log_q: counts``, item counts) from the data module."""
-        data = getattr(self.trainer, "datamodule", None)
+        """Take the catalogue (and, for ``log_q: counts``, item counts) from the data module.
+
+        Also its ``vocabulary`` and ``dense_scaling`` where it has them (they travel in the
+        checkpoint and the export, so a served model takes raw values).
+        """
+        self.use_data(getattr(self.trainer, "datamodule", None))
+
+    def use_data(self, data: Any) -> None:
+        """:meth:`setup` from a data module given directly (e.g. to export a checkpoint)."""
+        self.use_data_encoding(data)
         if not callable(getattr(data, "catalogue", None)):
             if self.hparams.log_q == "counts" and self._counts_log_q is None:
                 raise ValueError("RetrievalModule.log_q='counts' needs data with train_positives")
@@ -149,12 +161,57 @@ class RetrievalModule(pl.LightningModule):
         if self.hparams.log_q == "counts" and self._counts_log_q is None:
             self.use_item_counts(counts, int(data.batch_size))
 
-    def export(self, directory: str, overwrite: bool = False) -> Path:
-        """Write the query tower and the catalogue's vectors (:func:`export_retrieval`)."""
+    def use_data_encoding(self, data: Any) -> None:
+        """Adopt ``data.vocabulary`` and ``data.dense_scaling`` when the module has none.
+
+        Raises:
+            ValueError: the module has a vocabulary (from its checkpoint) and the data was
+                encoded with another one.
+
+        """
+        scaling = getattr(data, "dense_scaling", None)
+        if not self.dense_scaling and isinstance(scaling, Mapping):
+            self.dense_scaling = {k: (float(m), float(s)) for k, (m, s) in scaling.items()}
+        vocabulary = getattr(data, "vocabulary", None)
+        if not isinstance(vocabulary, Vocabularies):
+            return
+        if self.vocabulary is None:
+            vocabulary.check_schema(self.schema, "the data module's vocabulary")
+            self.vocabulary = vocabulary
+        elif self.vocabulary.disagreeing(vocabulary):
+            bad = self.vocabulary.disagreeing(vocabulary)[:10]
+            raise ValueError(
+                f"the data was encoded with other vocabularies than the model's (fields {bad}): "
+                "the table changed since training"
+            )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the vocabulary and dense scaling in the checkpoint (plain tensors, numbers)."""
+        if self.vocabulary is not None:
+            checkpoint[VOCABULARY_KEY] = self.vocabulary.to_state()
+        checkpoint[SCALING_KEY] = {k: list(v) for k, v in self.dense_scaling.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore what :meth:`on_save_checkpoint` kept."""
+        state = checkpoint.get(VOCABULARY_KEY)
+        if state is not None:
+            self.vocabulary = Vocabularies.from_state(state, "the retrieval checkpoint")
+        scaling = checkpoint.get(SCALING_KEY) or {}
+        self.dense_scaling = {k: (float(m), float(s)) for k, (m, s) in scaling.items()}
+
+    def export(self, directory: str, overwrite: bool = False, index: str = "auto") -> Path:
+        """Write the query tower, the catalogue's FAISS index and the vocabularies.
+
+        See :func:`~ssl_rec.evaluation.export_retrieval`; ``index`` is a FAISS factory string
+        or ``auto`` (exact up to 20k items).
+        """
         if self.catalogue is None:
             raise ValueError("RetrievalModule.export needs a catalogue (set_catalogue or data)")
         cat = self.catalogue
-        return export_retrieval(self.towers, cat.items, cat.item_ids, directory, overwrite)
+        return export_retrieval(
+            self.towers, cat.items, cat.item_ids, directory, overwrite,
+            vocabulary=self.vocabulary, dense_scaling=self.dense_scaling, index=index,
+        )  # fmt: skip
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Unit query vectors ``float32[B, H]`` of a full-schema ``batch``."""

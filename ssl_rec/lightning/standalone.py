@@ -14,6 +14,7 @@ from pytorch_lightning.utilities.model_helpers import _restricted_classmethod
 
 from ssl_rec.class_paths import allowed_classes
 from ssl_rec.lightning.checkpoint_extras import (
+    adopt_data_dense_statistics,
     adopt_data_vocabulary,
     restore_artifact,
     save_artifact,
@@ -84,10 +85,12 @@ class StandaloneModule(pl.LightningModule):
         """Refuse replicated tables; take the data's vocabulary or re-encode the data.
 
         Strategies that would replicate the tables are refused (see ``strategy``); a new
-        model adopts its data's vocabulary, a trained one has the data encoded with its own.
+        model adopts its data's vocabulary (and dense statistics), a trained one has the data
+        encoded with its own (and standardizes it with its own statistics).
         """
         refuse_unsharded_tables(self.trainer, self)
         adopt_data_vocabulary(self)
+        adopt_data_dense_statistics(self)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store schema, vocabulary, provenance and RNG states: the checkpoint stands alone."""

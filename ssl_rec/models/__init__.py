@@ -7,9 +7,12 @@ from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.models.heads import CTRHead
 from ssl_rec.models.mlp import MLP
+from ssl_rec.models.numeric_encoding import DENSE_ENCODINGS, DenseStandardizer
 from ssl_rec.models.two_tower import TowerEncoder, TwoTowerModel, tower_schema
+from ssl_rec.models.wide import WideTerm
 
 __all__ = [
+    "DENSE_ENCODINGS",
     "MLP",
     "Backbone",
     "CTRHead",
@@ -17,11 +20,13 @@ __all__ = [
     "DCNv2Encoder",
     "DLRMEncoder",
     "DeepFMEncoder",
+    "DenseStandardizer",
     "DotInteraction",
     "FMInteraction",
     "FieldEmbedding",
     "TowerEncoder",
     "TwoTowerModel",
+    "WideTerm",
     "as_schema",
     "ema_update",
     "tower_schema",

@@ -14,6 +14,30 @@ from torch import nn
 from ssl_rec.models.mlp import MLP
 
 
+class _UpperDotProducts(torch.autograd.Function):
+    """The upper triangle of ``V V^T`` with a one-product backward.
+
+    Autograd of ``gather(bmm(V, V^T))`` scatters the gradient into ``[B, N, N]`` and runs two
+    batched products (one per operand of ``bmm``); the gradient of a Gram matrix is
+    ``(G + G^T) V``, one product. The forward is the module's own (same values).
+    """
+
+    @staticmethod
+    def forward(ctx, vectors: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:  # noqa: ANN001, D102
+        ctx.save_for_backward(vectors, upper)
+        gram = torch.bmm(vectors, vectors.transpose(1, 2)).flatten(1)
+        return torch.gather(gram, 1, upper.expand(gram.shape[0], -1))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001, D102
+        vectors, upper = ctx.saved_tensors
+        n = vectors.shape[1]
+        full = grad.new_zeros(grad.shape[0], n * n).index_copy_(1, upper, grad)
+        full = full.view(-1, n, n).to(vectors.dtype)
+        return torch.bmm(full + full.transpose(1, 2), vectors), None
+
+
 class DotInteraction(nn.Module):
     """Pairwise dot products between ``N`` vectors, upper triangle without the diagonal.
 
@@ -31,6 +55,8 @@ class DotInteraction(nn.Module):
 
     def forward(self, vectors: torch.Tensor) -> torch.Tensor:
         """Return the flattened upper triangle of ``vectors @ vectors^T``."""
+        if torch.is_grad_enabled() and vectors.requires_grad:
+            return _UpperDotProducts.apply(vectors, self._upper)
         gram = torch.bmm(vectors, vectors.transpose(1, 2)).flatten(1)
         return torch.gather(gram, 1, self._upper.expand(gram.shape[0], -1))
 

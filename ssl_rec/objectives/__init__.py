@@ -7,6 +7,12 @@ the registry.
 from ssl_rec.objectives.adversarial_feature_replacement import AdversarialFeatureReplacement
 from ssl_rec.objectives.base import Objective
 from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
+from ssl_rec.objectives.field_regularizers import (
+    FeatureAlignment,
+    FieldUniformity,
+    feature_alignment_loss,
+    field_uniformity_loss,
+)
 from ssl_rec.objectives.info_nce import InfoNCE
 from ssl_rec.objectives.item_frequency import StreamingItemFrequency, counts_log_q
 from ssl_rec.objectives.masked_dense_reconstruction import MaskedDenseReconstruction
@@ -17,6 +23,8 @@ from ssl_rec.objectives.sampled_softmax import SampledSoftmax, mixed_log_q
 
 __all__ = [
     "AdversarialFeatureReplacement",
+    "FeatureAlignment",
+    "FieldUniformity",
     "InfoNCE",
     "MaskedDenseReconstruction",
     "MaskedFeaturePrediction",
@@ -27,6 +35,8 @@ __all__ = [
     "SampledSoftmax",
     "StreamingItemFrequency",
     "counts_log_q",
+    "feature_alignment_loss",
+    "field_uniformity_loss",
     "mixed_log_q",
     "nt_xent",
 ]

@@ -69,7 +69,8 @@ def candidate_logits(
     pos = (query * target_emb).sum(-1, keepdim=True)
     neg = by_field(query, fields, lambda q, f: q @ cand_emb[:, f].T)
     same = by_field(target_ids, fields, lambda t, f: cand_ids[:, f].unsqueeze(0) == t[:, None])
-    return torch.cat([pos, neg.masked_fill(same, float("-inf"))], dim=1)
+    # In place: ``neg`` is a fresh tensor that no backward reads (one temporary fewer).
+    return torch.cat([pos, neg.masked_fill_(same, float("-inf"))], dim=1)
 
 
 def gumbel_noise(
@@ -79,5 +80,7 @@ def gumbel_noise(
 
     ``torch.nn.functional.gumbel_softmax`` takes no generator, so seeded runs draw it here.
     """
-    u = torch.rand(shape, generator=generator, device=device).clamp(1e-9, 1.0 - 1e-9)
-    return -torch.log(-torch.log(u))
+    u = torch.rand(shape, generator=generator, device=device).clamp_(1e-9, 1.0 - 1e-9)
+    # In place: the same operations and values as -log(-log(u)) without three temporaries
+    # of the logits' size (tens of MB per batch, each paying fresh pages).
+    return u.log_().neg_().log_().neg_()

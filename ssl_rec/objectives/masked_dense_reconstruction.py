@@ -18,8 +18,11 @@ class MaskedDenseReconstruction(Objective):
     Vincent et al., "Extracting and Composing Robust Features with Denoising Autoencoders",
     ICML 2008, https://doi.org/10.1145/1390156.1390294; VIME (Yoon et al., NeurIPS 2020,
     https://proceedings.neurips.cc/paper/2020/hash/7d97667a3e056acab9aaf653807b4a03-Abstract.html)
-    for tabular data. Masked entries are set to 0 (the ``log1p`` of a missing count) and
-    the loss is the mean squared error on those entries only.
+    for tabular data. The values are the backbone's standardized ones
+    (:meth:`~ssl_rec.types.BackboneProtocol.standardize_dense`: training mean 0, std 1 per
+    column, so no wide-ranged column dominates the loss); masked entries are set to 0 in that
+    space (the column's training mean) and the loss is the mean squared error on those
+    entries only. ``mse_of_zero`` (predicting the mean) is about 1 for a standardized column.
 
     Args:
         view: extra masking/corruption of the categorical fields (``None``: none).
@@ -43,14 +46,16 @@ class MaskedDenseReconstruction(Objective):
         self.decoder = MLP(backbone.dims.output_dim, [self.hidden, n_dense])
 
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
-        """Mean squared error of the masked dense entries."""
+        """Mean squared error of the masked (standardized) dense entries."""
         gen = self.view.rng(batch.dense.device)
         dense_mask = torch.rand(batch.dense.shape, generator=gen, device=batch.dense.device)
         dense_mask = dense_mask < self.mask_rate
-        masked = batch.with_features(dense=batch.dense.masked_fill(dense_mask, 0.0))
+        target = backbone.standardize_dense(batch.dense)
+        hidden = backbone.unstandardize_dense(target.masked_fill(dense_mask, 0.0))
+        masked = batch.with_features(dense=hidden)
         pooled = self.view(masked, backbone).rep.pooled
         # Layer norm: the loss must not reward inflating the backbone's activations.
         pred = self.decoder(F.layer_norm(pooled, pooled.shape[-1:]))
-        loss = masked_mean((pred - batch.dense) ** 2, dense_mask)
-        baseline = masked_mean(batch.dense**2, dense_mask).detach()
+        loss = masked_mean((pred - target) ** 2, dense_mask)
+        baseline = masked_mean(target**2, dense_mask).detach()
         return ObjectiveOutput(loss, {"loss": loss.detach(), "mse_of_zero": baseline})

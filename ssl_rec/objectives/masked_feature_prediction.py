@@ -24,7 +24,10 @@ class MaskedFeaturePrediction(Objective):
     ``[MASK]`` tokens; a query ``[F, D]`` is decoded from its pooled vector and scored
     against the hidden ids. Fields with at most ``full_softmax_max`` ids use a full softmax;
     larger ones a sampled softmax whose negatives are the ids of ``num_candidates``
-    in-batch rows, scored with the (shared, trained) embedding tables.
+    in-batch rows, scored with the (shared, trained) embedding tables. A backbone that embeds
+    its dense columns as tokens (``dense_encoding: quantile_tokens | periodic_tokens``) has
+    them masked by the view too; their target is the column's quantile bin of the training
+    split (``backbone.dense_bins``), predicted with a full softmax per column.
 
     Args:
         view: how rows are masked/corrupted; ``None`` masks 30% of fields at random.
@@ -71,12 +74,18 @@ class MaskedFeaturePrediction(Objective):
         """Build the query decoder and the full-softmax classifiers of small fields."""
         dims = backbone.dims
         cards, dim = dims.cardinalities, dims.embedding_dim
-        self.query = MLP(dims.output_dim, [self.hidden, dims.n_fields * dim])
+        self.query = MLP(dims.output_dim, [self.hidden, dims.n_tokens * dim])
         small = [f for f, c in enumerate(cards) if c <= self.full_softmax_max]
         self.small_fields = small
         self.classifiers = nn.ModuleList(nn.Linear(dim, cards[f]) for f in small)
         large = torch.tensor([c > self.full_softmax_max for c in cards])
         self.register_buffer("large_field", large, persistent=False)
+        self.bin_classifier: nn.Parameter | None = None
+        if dims.n_numeric_tokens:
+            scale = dim**-0.5
+            shape = (dims.n_numeric_tokens, dim, dims.numeric_bins)
+            self.bin_classifier = nn.Parameter(torch.randn(shape) * scale)
+            self.bin_bias = nn.Parameter(torch.zeros(dims.n_numeric_tokens, dims.numeric_bins))
 
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Cross-entropy of the masked fields' true ids (mean over masked positions)."""
@@ -86,7 +95,7 @@ class MaskedFeaturePrediction(Objective):
         # pooled vector and of the embeddings: otherwise both grow during pretraining and
         # the inflated activations stall fine-tuning (row-wise Adagrad state explodes).
         pooled = F.layer_norm(out.rep.pooled, out.rep.pooled.shape[-1:])
-        query = rearrange(self.query(pooled), "b (f d) -> b f d", f=n_fields)
+        query = rearrange(self.query(pooled), "b (t d) -> b t d", d=backbone.dims.embedding_dim)
         total, correct = query.sum() * 0.0, query.new_zeros(())
         for classifier, f in zip(self.classifiers, self.small_fields, strict=True):
             rows = out.field_mask[:, f].nonzero().squeeze(1)
@@ -112,6 +121,35 @@ class MaskedFeaturePrediction(Objective):
             target = torch.zeros_like(rows)
             total = total + F.cross_entropy(logits, target, reduction="sum")
             correct = correct + (logits.argmax(1) == 0).sum()
-        n_masked = out.field_mask.sum().clamp_min(1)
+        n_masked = out.field_mask.sum()
+        logs: dict[str, torch.Tensor | float] = {}
+        if self.bin_classifier is not None and out.numeric_mask is not None:
+            numeric_total, numeric_correct, n_numeric = self._numeric_loss(
+                batch, backbone, query[:, n_fields:], out.numeric_mask
+            )
+            total, correct = total + numeric_total, correct + numeric_correct
+            n_masked = n_masked + n_numeric
+            logs["numeric_accuracy"] = numeric_correct / n_numeric.clamp_min(1)
+        n_masked = n_masked.clamp_min(1)
         loss = total / n_masked
-        return ObjectiveOutput(loss, {"loss": loss.detach(), "accuracy": correct / n_masked})
+        return ObjectiveOutput(
+            loss, {"loss": loss.detach(), "accuracy": correct / n_masked, **logs}
+        )
+
+    def _numeric_loss(
+        self,
+        batch: Batch,
+        backbone: BackboneProtocol,
+        query: torch.Tensor,
+        numeric_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Summed CE and hits of the masked numeric tokens' bins, and how many were masked."""
+        rows, cols = numeric_mask.nonzero(as_tuple=True)
+        n = rows.new_tensor(rows.numel())
+        if not rows.numel():
+            return query.sum() * 0.0, query.new_zeros(()), n
+        logits = torch.einsum("md,mdk->mk", query[rows, cols], self.bin_classifier[cols])
+        logits = logits + self.bin_bias[cols]
+        target = backbone.dense_bins(batch.dense)[rows, cols]
+        total = F.cross_entropy(logits, target, reduction="sum")
+        return total, (logits.argmax(1) == target).sum().to(query.dtype), n

@@ -77,9 +77,14 @@ class MomentumContrast(Objective):
 
     @torch.no_grad()
     def _keys(self, batch: Batch, backbone: BackboneProtocol) -> torch.Tensor:
-        batch, mask = self.view.corrupt(batch)
-        field_emb = backbone.embed(batch.sparse, mask)
-        pooled, _ = self.key_encoder(field_emb, batch.dense)
+        batch, mask = self.view.corrupt(batch, backbone)
+        n_fields = batch.sparse.shape[1]
+        field_emb = backbone.embed(batch.sparse, mask[:, :n_fields])
+        standardized = backbone.standardize_dense(batch.dense)
+        if mask.shape[1] > n_fields:  # numeric tokens: the key encoder masks them as well
+            pooled, _ = self.key_encoder(field_emb, standardized, mask[:, n_fields:])
+        else:
+            pooled, _ = self.key_encoder(field_emb, standardized)
         return F.normalize(self.key_projection(pooled), dim=1)
 
     @torch.no_grad()

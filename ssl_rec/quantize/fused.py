@@ -93,6 +93,7 @@ def dlrm_logits(
 
     """
     encoder, head = dense_part.encoder, dense_part.head
+    dense = dense_part.dense_encoding(dense)
     done = mark or (lambda _stage: None)
     if not fused or serving_kernels() is None:
         field_emb = tables(sparse)

@@ -18,7 +18,7 @@ from torch import nn
 
 from ssl_rec.class_paths import check_class_paths, resolve_class
 from ssl_rec.hardware import Precision, quantize_rows, serving_kernels
-from ssl_rec.models import Backbone, CTRHead
+from ssl_rec.models import Backbone, CTRHead, DenseStandardizer
 from ssl_rec.quantize.dense import (
     convert_layer,
     dense_layers,
@@ -28,6 +28,7 @@ from ssl_rec.quantize.dense import (
 )
 from ssl_rec.quantize.fused import dlrm_logits, fusable
 from ssl_rec.quantize.quantization_plan import QuantizationPlan, Unit
+from ssl_rec.quantize.serving_wide import ServingWide
 from ssl_rec.quantize.tables import QuantizedTables
 from ssl_rec.schema import FeatureSchema
 
@@ -37,16 +38,25 @@ _ROW_CHUNK = 1 << 16
 
 
 class DenseCTR(nn.Module):
-    """Encoder then click head: ``(field_emb float32[B, F, D], dense float32[B, n]) -> [B]``."""
+    """Encoder then click head: ``(field_emb float32[B, F, D], dense float32[B, n]) -> [B]``.
 
-    def __init__(self, encoder: nn.Module, head: nn.Module) -> None:
+    Args:
+        encoder: the backbone's encoder.
+        head: the click head.
+        dense_encoding: the backbone's dense standardizer (training statistics as buffers),
+            applied to ``dense`` first (a state saved before it existed loads as the identity).
+
+    """
+
+    def __init__(self, encoder: nn.Module, head: nn.Module, dense_encoding: nn.Module) -> None:
         super().__init__()
+        self.dense_encoding = dense_encoding
         self.encoder = encoder
         self.head = head
 
     def forward(self, field_emb: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Click logits ``float32[B]``."""
-        pooled, _ = self.encoder(field_emb, dense)
+        pooled, _ = self.encoder(field_emb, self.dense_encoding(dense))
         return self.head(pooled)
 
 
@@ -59,12 +69,15 @@ class Architecture:
         encoder: ``{"class_path": ..., "init_args": {...}}`` of the encoder, called as
             ``cls(n_fields, n_dense, embedding_dim, **init_args)`` like the backbone does.
         head_hidden: hidden widths of the click head.
+        wide: whether the model adds a wide (linear) term, served in FP32
+            (:class:`~ssl_rec.quantize.serving_wide.ServingWide`).
 
     """
 
     embedding_dim: int
     encoder: dict[str, Any]
     head_hidden: list[int] = field(default_factory=list)
+    wide: bool = False
 
     def build(self, schema: FeatureSchema) -> DenseCTR:
         """An FP32 dense part with fresh weights (load a state into it)."""
@@ -76,15 +89,16 @@ class Architecture:
         init_args = dict(self.encoder.get("init_args") or {})
         encoder = cls(schema.n_fields, schema.n_dense, self.embedding_dim, **init_args)
         head = CTRHead(int(encoder.output_dim), list(self.head_hidden))
-        return DenseCTR(encoder, head).eval()
+        return DenseCTR(encoder, head, DenseStandardizer(schema.n_dense)).eval()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
+        """JSON-able form (``wide`` only when set: a manifest without it is a deep model)."""
+        out = {
             "embedding_dim": self.embedding_dim,
             "encoder": self.encoder,
             "head_hidden": list(self.head_hidden),
         }
+        return out | {"wide": True} if self.wide else out
 
 
 @dataclass
@@ -97,6 +111,7 @@ class FloatCTR:
         dense: the FP32 encoder and head.
         architecture: how to rebuild ``dense`` when a quantized model is loaded (``None``:
             the models built from it can serve but not be saved).
+        wide: the model's wide term (kept in FP32 by every plan), or ``None``.
 
     """
 
@@ -104,24 +119,34 @@ class FloatCTR:
     weights: list[torch.Tensor]
     dense: DenseCTR
     architecture: Architecture | None
+    wide: ServingWide | None = None
 
     @classmethod
     def from_backbone(
-        cls, backbone: Backbone, head: nn.Module, architecture: Architecture | None = None
+        cls,
+        backbone: Backbone,
+        head: nn.Module,
+        architecture: Architecture | None = None,
+        wide: ServingWide | None = None,
     ) -> FloatCTR:
         """Read the tables (dequantized, whatever their training format) and copy the rest.
 
         Raises:
-            ValueError: when ``architecture`` does not rebuild the backbone's encoder/head.
+            ValueError: when ``architecture`` does not rebuild the backbone's encoder/head, or
+                when the backbone embeds its dense columns as tokens (not served yet).
 
         """
+        refuse_numeric_tokens(backbone)
         weights = [
             _table_weights(backbone, name, card)
             for name, card in zip(
                 backbone.schema.field_names, backbone.schema.cardinalities, strict=True
             )
         ]
-        dense = DenseCTR(backbone.clone_encoder(), copy.deepcopy(head)).eval().requires_grad_(False)
+        dense = DenseCTR(
+            backbone.clone_encoder(), copy.deepcopy(head), backbone.clone_dense_encoding()
+        )
+        dense = dense.eval().requires_grad_(False)
         if architecture is not None:
             try:
                 architecture.build(backbone.schema).load_state_dict(dense.state_dict())
@@ -130,7 +155,7 @@ class FloatCTR:
                     f"the model's description {architecture.to_dict()} does not "
                     f"rebuild its encoder and head: {str(e).splitlines()[0]}"
                 ) from e
-        return cls(backbone.schema, weights, dense, architecture)
+        return cls(backbone.schema, weights, dense, architecture, wide)
 
     @property
     def embedding_dim(self) -> int:
@@ -144,6 +169,19 @@ class FloatCTR:
     def fp32_plan(self) -> QuantizationPlan:
         """The plan that keeps everything in FP32."""
         return QuantizationPlan.fp32(self.schema.field_names, self.layer_names())
+
+
+def refuse_numeric_tokens(backbone: Backbone) -> None:
+    """Raise ``ValueError`` naming the option when ``backbone`` embeds dense columns as tokens.
+
+    The serving model (:class:`DenseCTR`, the fused DLRM path) rebuilds the encoder from its
+    manifest for ``F`` fields and ``n_dense`` columns; the numeric tokenizer is not part of it.
+    """
+    if backbone.dims.n_numeric_tokens:
+        raise ValueError(
+            f"backbone.dense_encoding={backbone.numeric_encoding!r} (numeric tokens) cannot be "
+            "quantized or served yet; train with dense_encoding: standardize to quantize"
+        )
 
 
 def _table_weights(backbone: Backbone, field_name: str, cardinality: int) -> torch.Tensor:
@@ -164,6 +202,7 @@ class InferenceCTRModel(nn.Module):
         dense: encoder and head, some layers replaced by low-precision twins.
         architecture: how to rebuild ``dense`` (saved with the model).
         plan: the precision of each table and layer.
+        wide: the wide term added to the logits (FP32), or ``None``.
 
     Shape:
         ``forward(dense float32[B, n_dense], sparse int64[B, F]) -> float32[B]`` logits.
@@ -177,11 +216,13 @@ class InferenceCTRModel(nn.Module):
         dense: DenseCTR,
         architecture: Architecture | None,
         plan: QuantizationPlan,
+        wide: ServingWide | None = None,
     ) -> None:
         super().__init__()
         self.schema, self.architecture, self.plan = schema, architecture, plan
         self.tables = tables
         self.dense = dense
+        self.wide = wide
         self.eval()
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
@@ -196,12 +237,16 @@ class InferenceCTRModel(nn.Module):
                 f"{dense.shape[0]} rows of dense features but {sparse.shape[0]} of sparse ids"
             )
         if serving_kernels() is not None and fusable(self.dense, dense):
-            return dlrm_logits(self.tables, self.dense, dense, sparse).float()
-        return self.dense(self.tables(sparse), dense).float()
+            logits = dlrm_logits(self.tables, self.dense, dense, sparse).float()
+        else:
+            logits = self.dense(self.tables(sparse), dense).float()
+        return logits if self.wide is None else logits + self.wide(sparse, dense)
 
     def nbytes(self) -> dict[str, int]:
         """Stored bytes: ``{"tables", "dense", "total"}`` (quantized tensors as stored)."""
         tables = sum(self.tables.table_bytes())
+        if self.wide is not None:  # per-id scalars, stored beside the tables
+            tables += sum(tensor_bytes(t) for t in self.wide.state_dict().values())
         dense = sum(
             tensor_bytes(t) for t in self.dense.state_dict().values() if isinstance(t, torch.Tensor)
         )
@@ -230,7 +275,7 @@ class InferenceCTRModel(nn.Module):
         else:
             dense = _shallow_copy(self.dense)
             dense.set_submodule(unit.name, other.layer(unit.name))
-        return InferenceCTRModel(self.schema, tables, dense, self.architecture, plan)
+        return InferenceCTRModel(self.schema, tables, dense, self.architecture, plan, self.wide)
 
 
 class ModelBuilder:
@@ -272,7 +317,10 @@ class ModelBuilder:
         for name, precision in plan.layers.items():
             dense.set_submodule(name, self.layer(name, precision))
         fuse_relus(dense, self._relu)
-        return InferenceCTRModel(self.source.schema, tables, dense, self.source.architecture, plan)
+        source = self.source
+        return InferenceCTRModel(
+            source.schema, tables, dense, source.architecture, plan, source.wide
+        )
 
     def unit_bytes(self, unit: Unit, precision: str) -> int:
         """Stored bytes of one table or layer at ``precision``."""

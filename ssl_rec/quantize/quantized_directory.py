@@ -41,6 +41,7 @@ from ssl_rec.class_paths import UntrustedClassPath, check_class_paths
 from ssl_rec.quantize.dense import TORCHAO_PRECISIONS, import_torchao
 from ssl_rec.quantize.model import Architecture, InferenceCTRModel, load_dense_state
 from ssl_rec.quantize.quantization_plan import QuantizationPlan
+from ssl_rec.quantize.serving_wide import ServingWide
 from ssl_rec.quantize.tables import QuantizedTables
 from ssl_rec.schema import SCHEMA_FILENAME, FeatureSchema
 from ssl_rec.vocab import (
@@ -115,6 +116,8 @@ def save_quantized(
             metadata[VOCABULARY_FILE_KEY] = str(out.resolve() / VOCABULARY_FILENAME)
         dataclasses.replace(model.schema, metadata=metadata).save(tmp)
         state = {"tables": model.tables.state_dict(), "dense": model.dense.state_dict()}
+        if model.wide is not None:
+            state["wide"] = model.wide.state_dict()
         # serialized in memory and written as bytes: torch.save to a path on a full disk
         # raises a RuntimeError that says nothing of space; a write raises ENOSPC
         buffer = io.BytesIO()
@@ -249,4 +252,10 @@ def load_quantized(path: str | os.PathLike[str]) -> InferenceCTRModel:
     tables.load_state_dict(state["tables"], assign=True)
     dense = architecture.build(schema)
     load_dense_state(dense, plan, state["dense"])
-    return InferenceCTRModel(schema, tables, dense, architecture, plan)
+    wide = None
+    if architecture.wide:
+        if "wide" not in state:
+            raise ValueError(f"{file}: the architecture has a wide term but the file has none")
+        wide = ServingWide(schema.cardinalities, schema.n_dense)
+        wide.load_state_dict(state["wide"])
+    return InferenceCTRModel(schema, tables, dense, architecture, plan, wide)

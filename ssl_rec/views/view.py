@@ -21,12 +21,15 @@ class ViewOutput:
         rep: the backbone's :class:`Representation` of the corrupted batch.
         batch: the corrupted batch that was encoded.
         field_mask: ``bool[B, F]`` fields replaced by ``[MASK]`` tokens (all False if no mask).
+        numeric_mask: ``bool[B, F_num]`` numeric tokens replaced by ``[MASK]`` tokens (``F_num
+            = 0`` unless the backbone embeds its dense columns as tokens).
 
     """
 
     rep: Representation
     batch: Batch
     field_mask: torch.Tensor
+    numeric_mask: torch.Tensor | None = None
 
 
 class View(RecordsConfig, nn.Module):
@@ -34,7 +37,10 @@ class View(RecordsConfig, nn.Module):
 
     Order: corruptions (id dropout, swaps, dense noise) on the raw batch, then the field
     mask (``[MASK]`` tokens in the backbone's embedding), then element-wise dropout on
-    the field embeddings before the encoder.
+    the field embeddings before the encoder. A backbone that embeds its dense columns as
+    tokens (``dims.n_numeric_tokens > 0``) has them masked like fields, by the same masker
+    over ``F + F_num`` columns (the columns' quantile bins stand in for their ids), unless
+    ``mask_numeric`` is off.
 
     Args:
         masking: a field masker ``(sparse int64[B, F], rng) -> bool[B, F]`` such as
@@ -43,6 +49,7 @@ class View(RecordsConfig, nn.Module):
             :class:`FeatureSwap`, :class:`DenseNoise`).
         embedding_dropout: dropout probability on ``field_emb`` entries, in [0, 1).
         seed: seed of this view's ``torch.Generator`` (views are reproducible run to run).
+        mask_numeric: mask numeric tokens too (backbones with a token ``dense_encoding``).
 
     Example:
         >>> from ssl_rec.models import Backbone
@@ -64,6 +71,7 @@ class View(RecordsConfig, nn.Module):
         corruptions: Sequence[nn.Module] = (),
         embedding_dropout: float = 0.0,
         seed: int = 0,
+        mask_numeric: bool = True,
     ) -> None:
         super().__init__()
         if check_rate("View", "embedding_dropout", embedding_dropout) >= 1.0:
@@ -72,6 +80,7 @@ class View(RecordsConfig, nn.Module):
         self.corruptions = nn.ModuleList(corruptions)
         self.embedding_dropout = float(embedding_dropout)
         self.seed = int(seed)
+        self.mask_numeric = bool(mask_numeric)
         self._rng: torch.Generator | None = None
 
     def rng(self, device: torch.device) -> torch.Generator:
@@ -98,28 +107,51 @@ class View(RecordsConfig, nn.Module):
         self._rng = torch.Generator(device=state.get("device", "cpu"))
         self._rng.set_state(state["rng"])
 
-    def corrupt(self, batch: Batch) -> tuple[Batch, torch.Tensor]:
-        """Apply the corruptions and draw the field mask: ``(batch', bool[B, F])``."""
+    def corrupt(
+        self, batch: Batch, backbone: BackboneProtocol | None = None
+    ) -> tuple[Batch, torch.Tensor]:
+        """Apply the corruptions and draw the field mask: ``(batch', bool[B, F])``.
+
+        Given a ``backbone`` with numeric tokens (and ``mask_numeric``), the mask is
+        ``bool[B, F + F_num]``: its last columns mask the numeric tokens.
+        """
         gen = self.rng(batch.sparse.device)
         for corruption in self.corruptions:
             batch = corruption(batch, gen)
+        ids = batch.sparse
+        if backbone is not None and self.mask_numeric and backbone.dims.n_numeric_tokens:
+            # Bin ids shifted past 0, the id maskers may treat as "missing".
+            ids = torch.cat([ids, backbone.dense_bins(batch.dense) + 1], dim=1)
         if self.masking is None:
-            mask = torch.zeros_like(batch.sparse, dtype=torch.bool)
+            mask = torch.zeros_like(ids, dtype=torch.bool)
         else:
-            mask = self.masking(batch.sparse, gen)
+            mask = self.masking(ids, gen)
         return batch, mask
 
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ViewOutput:
         """Corrupt ``batch`` and encode it with ``backbone``."""
-        batch, mask = self.corrupt(batch)
+        batch, mask = self.corrupt(batch, backbone)
+        n_fields = batch.sparse.shape[1]
+        field_mask, numeric_mask = mask[:, :n_fields], mask[:, n_fields:]
         if self.embedding_dropout == 0.0:
-            return ViewOutput(backbone(batch, mask), batch, mask)
+            return ViewOutput(backbone(batch, mask), batch, field_mask, numeric_mask)
         # Dropout sits between the lookup and the encoder, so the view calls the backbone's
         # two stages itself.
-        field_emb = backbone.embed(batch.sparse, mask)
-        gen = self.rng(field_emb.device)
-        keep = torch.rand(field_emb.shape, generator=gen, device=field_emb.device)
-        keep = keep >= self.embedding_dropout
-        field_emb = field_emb * keep / (1.0 - self.embedding_dropout)
-        pooled, dense_emb = backbone.encode(field_emb, batch.dense)
-        return ViewOutput(Representation(field_emb, pooled, dense_emb), batch, mask)
+        field_emb = self._drop(backbone.embed(batch.sparse, field_mask))
+        if not backbone.dims.n_numeric_tokens:
+            pooled, dense_emb = backbone.encode(field_emb, batch.dense)
+            rep = Representation(field_emb, pooled, dense_emb)
+            return ViewOutput(rep, batch, field_mask, numeric_mask)
+        numeric_mask = numeric_mask if numeric_mask.shape[1] else None
+        numeric_emb = self._drop(backbone.embed_dense(batch.dense, numeric_mask))
+        pooled, dense_emb = backbone.encode(field_emb, batch.dense, numeric_emb)
+        rep = Representation(field_emb, pooled, dense_emb, numeric_emb)
+        if numeric_mask is None:
+            numeric_mask = torch.zeros(rep.numeric_emb.shape[:2], dtype=torch.bool,
+                                       device=field_emb.device)  # fmt: skip
+        return ViewOutput(rep, batch, field_mask, numeric_mask)
+
+    def _drop(self, emb: torch.Tensor) -> torch.Tensor:
+        gen = self.rng(emb.device)
+        keep = torch.rand(emb.shape, generator=gen, device=emb.device) >= self.embedding_dropout
+        return emb * keep / (1.0 - self.embedding_dropout)

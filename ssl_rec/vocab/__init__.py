@@ -6,10 +6,19 @@
 - :mod:`~ssl_rec.vocab.model_vocabularies`: :class:`Vocabularies`, every field of a model,
   as checkpoint tensors or one Arrow file;
 - :mod:`~ssl_rec.vocab.on_disk`: ``vocabulary.arrow`` in an artifact directory, found again
-  (and the per-field files of artifacts written before it, read for compatibility).
+  (and the per-field files of artifacts written before it, read for compatibility);
+- :mod:`~ssl_rec.vocab.dense_statistics`: :class:`DenseStatistics`, the dense columns'
+  training mean, std and quantile edges (fitted and carried like the vocabularies).
 """
 
 from ssl_rec.vocab.coded_column import CodedColumn, count_values, merge_counts
+from ssl_rec.vocab.dense_statistics import (
+    DENSE_QUANTILE_BINS,
+    DENSE_STATISTICS_KEY,
+    DenseMoments,
+    DenseStatistics,
+    dense_statistics_of,
+)
 from ssl_rec.vocab.field_vocabulary import (
     HASHED_VALUE,
     MISSING_VALUE,
@@ -38,6 +47,8 @@ from ssl_rec.vocab.strings import (
 )
 
 __all__ = [
+    "DENSE_QUANTILE_BINS",
+    "DENSE_STATISTICS_KEY",
     "HASHED_VALUE",
     "LEGACY_VOCAB_DIRNAME",
     "LEGACY_VOCAB_DIR_KEY",
@@ -48,9 +59,12 @@ __all__ = [
     "VOCABULARY_FILE_KEY",
     "VOCABULARY_FORMAT",
     "CodedColumn",
+    "DenseMoments",
+    "DenseStatistics",
     "Vocabularies",
     "Vocabulary",
     "count_values",
+    "dense_statistics_of",
     "find_vocabularies",
     "frequency_order",
     "hash_strings",

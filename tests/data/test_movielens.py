@@ -50,5 +50,5 @@ def test_checkpointed_hparams_rebuild_the_datamodule(tmp_path):
     kwargs = {k: v for k, v in dm.hparams.items() if k != "_class_path"}
     assert kwargs == {"batch_size": 512, "label_fraction": 1.0, "use_labels": True, "seed": 0,
                       "cache_dir": str(tmp_path), "split_seed": 3,
-                      "eval_batch_size": None}  # fmt: skip
+                      "eval_batch_size": None, "unlabeled_per_batch": 0.0}  # fmt: skip
     assert MovieLensDataModule(**kwargs).cache_inputs() == dm.cache_inputs()

@@ -94,7 +94,7 @@ def test_bad_config(key, value):
 def test_bad_datamodule_args(tmp_path):
     with pytest.raises(ValueError, match="label_fraction must be in \\(0, 1\\], got 0"):
         SyntheticCTRDataModule(label_fraction=0.0)
-    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1 or 'auto', got 0"):
         SyntheticCTRDataModule(batch_size=0)
     with pytest.raises(ValueError, match="n_train must be in"):
         SyntheticCTRDataModule(n_train=0)

@@ -58,6 +58,18 @@ class FakeBackbone(nn.Module):
     def entity_vectors(self, field: str, ids: torch.Tensor) -> torch.Tensor:
         return self.embedding.rows(field, ids)
 
+    def embed_dense(self, dense: torch.Tensor, numeric_mask: torch.Tensor | None = None):
+        return dense.new_zeros(dense.shape[0], 0, self.dims.embedding_dim)
+
+    def dense_bins(self, dense: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(dense.shape[0], 0, dtype=torch.long)
+
+    def standardize_dense(self, dense: torch.Tensor) -> torch.Tensor:
+        return dense
+
+    def unstandardize_dense(self, standardized: torch.Tensor) -> torch.Tensor:
+        return standardized
+
     def clone_encoder(self) -> nn.Module:
         return nn.Identity()
 

@@ -89,7 +89,7 @@ def test_two_step_fit_with_item_infonce_and_uniform_negatives(tmp_path) -> None:
     assert "val/tail_recall@10" in got
     assert m.frequency is not None and float(m.frequency.step) == 2
     # The trained towers export; the loaded query tower ranks the whole catalogue.
-    scores, ids = Retriever.load(m.export(str(tmp_path / "export"))).topk(rows(val[:3]), 10)
+    scores, ids = Retriever.load(m.export(str(tmp_path / "export"))).topk_ids(rows(val[:3]), 10)
     assert scores.shape == ids.shape == (3, 10) and bool((scores[:, :-1] >= scores[:, 1:]).all())
     assert set(ids.flatten().tolist()) <= set(range(1, ITEMS + 1))
 

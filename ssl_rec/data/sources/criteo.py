@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.batch_rule import BatchSize
 from ssl_rec.data.parsing import RowValidator, check_on_bad_row
 from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
 from ssl_rec.data.raw import RawPart
@@ -182,7 +183,7 @@ class CriteoDataModule(ArrowDataModule):
             days 0..n-2 train, the last cut in halves: test, val), or a list of day files.
         has_label: whether files have the label column; ``None`` detects it per file.
         preprocess: vocabulary, split, missing-value and bad-row options.
-        batch_size: rows per batch.
+        batch_size: rows per training batch, or ``"auto"`` (chosen from the training rows).
         label_fraction: fraction of training rows used with labels.
         use_labels: ``False`` yields unlabeled batches of all training rows.
         seed: shuffle / labeled-subset seed.
@@ -191,6 +192,9 @@ class CriteoDataModule(ArrowDataModule):
         eval_batch_size: rows per validation, test and predict batch (default
             ``batch_size``); evaluation keeps no activations for backward, so it can be
             much larger than a small labeled subset's training batch.
+        unlabeled_per_batch: unlabeled training rows (label NaN) added to each training
+            batch, per labeled row: semi-supervised training with ``label_fraction < 1``
+            (:class:`~ssl_rec.data.ArrowDataModule`); ``0`` trains on labeled rows only.
 
     """
 
@@ -199,16 +203,24 @@ class CriteoDataModule(ArrowDataModule):
         path: str | list[str],
         has_label: bool | None = None,
         preprocess: PreprocessOptions | None = None,
-        batch_size: int = 4096,
+        batch_size: BatchSize = 4096,
         label_fraction: float = 1.0,
         use_labels: bool = True,
         seed: int = 0,
         cache_dir: str | None = None,
         drop_last: bool = False,
         eval_batch_size: int | None = None,
+        unlabeled_per_batch: float = 0.0,
     ) -> None:
         super().__init__(
-            batch_size, label_fraction, use_labels, seed, cache_dir, drop_last, eval_batch_size
+            batch_size,
+            label_fraction,
+            use_labels,
+            seed,
+            cache_dir,
+            drop_last,
+            eval_batch_size,
+            unlabeled_per_batch,
         )
         self._record_hparams(locals())
         self.path, self.has_label = path, has_label

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ssl_rec._io import atomic_directory
 from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.batch_rule import BatchSize
 from ssl_rec.data.preprocess import PreprocessOptions
 from ssl_rec.data.sources.seeded_split import write_seeded_splits
 from ssl_rec.data.sources.tabular import TabularDataModule
@@ -58,7 +59,7 @@ class PackagedTabularDataModule(ArrowDataModule):
     validation or test get id 0.
 
     Args:
-        batch_size: rows per batch.
+        batch_size: rows per training batch, or ``"auto"`` (chosen from the training rows).
         label_fraction: fraction of training rows used with labels.
         use_labels: ``False`` yields unlabeled batches of all training rows.
         seed: shuffle / labeled-subset seed.
@@ -67,6 +68,9 @@ class PackagedTabularDataModule(ArrowDataModule):
         eval_batch_size: rows per validation, test and predict batch (default
             ``batch_size``); evaluation keeps no activations for backward, so it can be
             much larger than a small labeled subset's training batch.
+        unlabeled_per_batch: unlabeled training rows (label NaN) added to each training
+            batch, per labeled row: semi-supervised training with ``label_fraction < 1``
+            (:class:`~ssl_rec.data.ArrowDataModule`); ``0`` trains on labeled rows only.
 
     """
 
@@ -78,16 +82,24 @@ class PackagedTabularDataModule(ArrowDataModule):
 
     def __init__(
         self,
-        batch_size: int = 1024,
+        batch_size: BatchSize = 1024,
         label_fraction: float = 1.0,
         use_labels: bool = True,
         seed: int = 0,
         cache_dir: str | None = None,
         split_seed: int = 0,
         eval_batch_size: int | None = None,
+        unlabeled_per_batch: float = 0.0,
     ) -> None:
         super().__init__(
-            batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
+            batch_size,
+            label_fraction,
+            use_labels,
+            seed,
+            cache_dir,
+            False,
+            eval_batch_size,
+            unlabeled_per_batch,
         )
         self._record_hparams(locals())
         path = self.prepared_splits(split_seed, cache_dir)

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.batch_rule import BatchSize
 from ssl_rec.data.oov_report import report_unseen
 from ssl_rec.data.progress import progress_bar
 from ssl_rec.data.sources.synthetic_clicks import (
@@ -200,7 +201,7 @@ class SyntheticCTRDataModule(ArrowDataModule):
             difficulty).
         preset: ``"easy"`` or ``"hard"`` (:data:`PRESETS`): replaces ``synthetic.preset``;
             ``None`` keeps it (default ``"easy"``).
-        batch_size: rows per batch.
+        batch_size: rows per training batch, or ``"auto"`` (chosen from the training rows).
         label_fraction: fraction of training rows used with labels.
         use_labels: ``False`` yields unlabeled batches of all training rows.
         seed: shuffle / labeled-subset seed (the data's own seed is ``synthetic.seed``).
@@ -209,6 +210,9 @@ class SyntheticCTRDataModule(ArrowDataModule):
         eval_batch_size: rows per validation, test and predict batch (default
             ``batch_size``); evaluation keeps no activations for backward, so it can be
             much larger than a small labeled subset's training batch.
+        unlabeled_per_batch: unlabeled training rows (label NaN) added to each training
+            batch, per labeled row: semi-supervised training with ``label_fraction < 1``
+            (:class:`~ssl_rec.data.ArrowDataModule`); ``0`` trains on labeled rows only.
 
     Example:
         >>> dm = SyntheticCTRDataModule(n_train=2000, n_val=500, n_test=500, cache_dir="cache",
@@ -225,16 +229,24 @@ class SyntheticCTRDataModule(ArrowDataModule):
         n_test: int = 100_000,
         synthetic: SyntheticConfig | None = None,
         preset: str | None = None,
-        batch_size: int = 4096,
+        batch_size: BatchSize = 4096,
         label_fraction: float = 1.0,
         use_labels: bool = True,
         seed: int = 0,
         cache_dir: str | None = None,
         drop_last: bool = False,
         eval_batch_size: int | None = None,
+        unlabeled_per_batch: float = 0.0,
     ) -> None:
         super().__init__(
-            batch_size, label_fraction, use_labels, seed, cache_dir, drop_last, eval_batch_size
+            batch_size,
+            label_fraction,
+            use_labels,
+            seed,
+            cache_dir,
+            drop_last,
+            eval_batch_size,
+            unlabeled_per_batch,
         )
         self._record_hparams(locals())
         for key, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):

@@ -11,6 +11,7 @@ file seems to use and the option that reads it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ssl_rec.data.arrow_data_module import ArrowDataModule
+from ssl_rec.data.batch_rule import BatchSize
 from ssl_rec.data.parsing import RowValidator, check_on_bad_row
 from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
 from ssl_rec.data.raw import RawPart
 from ssl_rec.data.reading import ParquetBatches, TextBatches, TextFormat, first_line
+from ssl_rec.data.semi_supervised_loader import check_unlabeled_per_batch
 from ssl_rec.data.split_plan import (
     Part,
     SplitPlan,
@@ -253,7 +256,7 @@ class TabularDataModule(ArrowDataModule):
         dense: numeric columns.
         categorical: categorical columns (string or integer raw values).
         preprocess: vocabulary, split, missing-value and bad-row options.
-        batch_size: rows per batch.
+        batch_size: rows per training batch, or ``"auto"`` (chosen from the training rows).
         label_fraction: fraction of training rows used with labels.
         use_labels: ``False`` yields unlabeled batches of all training rows.
         seed: shuffle / labeled-subset seed.
@@ -264,6 +267,18 @@ class TabularDataModule(ArrowDataModule):
         delimiter: column separator of the CSV / TSV files (one character, e.g. ``";"`` or
             ``"|"``; ``"\t"`` or ``"tab"`` for a tab); default by suffix: ``,`` for ``.csv``,
             a tab for ``.tsv`` / ``.txt``. Parquet files ignore it.
+        unlabeled_per_batch: unlabeled training rows (label NaN) added to each training
+            batch, per labeled row: semi-supervised training with ``label_fraction < 1``
+            (:class:`~ssl_rec.data.ArrowDataModule`); ``0`` trains on labeled rows only.
+            With ``unlabeled_path`` the pool is that file's rows (plus the rest of the
+            training split when ``label_fraction < 1``), and ``label_fraction`` may be 1.
+        unlabeled_path: one CSV / TSV / Parquet file of rows without labels: the dense and
+            categorical columns of ``path``, no label column. Its rows are encoded with the
+            vocabulary fitted on the labeled training split (their values unseen there get
+            id 0 and are counted), never refit on them, so a model trained with or without
+            the file has the same vocabulary and dense statistics. They feed the
+            semi-supervised mix (``unlabeled_per_batch``) or, with ``use_labels=False``,
+            join the training rows for pretraining; never validation or test.
 
     """
 
@@ -274,18 +289,33 @@ class TabularDataModule(ArrowDataModule):
         dense: list[str] | None = None,
         categorical: list[str] | None = None,
         preprocess: PreprocessOptions | None = None,
-        batch_size: int = 4096,
+        batch_size: BatchSize = 4096,
         label_fraction: float = 1.0,
         use_labels: bool = True,
         seed: int = 0,
         cache_dir: str | None = None,
         eval_batch_size: int | None = None,
         delimiter: str | None = None,
+        unlabeled_per_batch: float = 0.0,
+        unlabeled_path: str | None = None,
     ) -> None:
         super().__init__(
-            batch_size, label_fraction, use_labels, seed, cache_dir, False, eval_batch_size
+            batch_size,
+            label_fraction,
+            use_labels,
+            seed,
+            cache_dir,
+            False,
+            eval_batch_size,
+            0.0 if unlabeled_path else unlabeled_per_batch,
         )
         self._record_hparams(locals())
+        self.unlabeled_path = None if unlabeled_path is None else str(unlabeled_path)
+        if self.unlabeled_path is not None:
+            self.unlabeled_per_batch = check_unlabeled_per_batch(
+                unlabeled_per_batch, use_labels, label_fraction, unlabeled_file=True
+            )
+        self._unlabeled: TabularDataModule | None = None
         self.delimiter = check_delimiter(delimiter)
         self.dense, self.categorical = list(dense or []), list(categorical or [])
         if not self.dense and not self.categorical:
@@ -343,6 +373,52 @@ class TabularDataModule(ArrowDataModule):
         layout = Layout(tuple(self.dense), tuple(self.categorical), self.label)
         return preprocess(self.plan(), self._open, layout, self.options, out_dir, final_dir,
                           self.given_vocabulary)  # fmt: skip
+
+    def check_unlabeled_file(self) -> None:
+        """Check ``unlabeled_path``'s header: it exists, has every feature column, no label.
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+            ValueError: naming the file, when it is a directory, lacks a dense or categorical
+                column of the data, or has the label column (labeled rows belong in ``path``).
+
+        """
+        if self.unlabeled_path is None:
+            return
+        p = Path(self.unlabeled_path)
+        if not p.exists():
+            raise FileNotFoundError(f"unlabeled_path not found: {p}")
+        if p.is_dir():
+            raise ValueError(f"unlabeled_path must be one file, {p} is a directory")
+        try:
+            labeled = check_columns(p, [*self.dense, *self.categorical], self.label,
+                                    self.delimiter)  # fmt: skip
+        except ValueError as e:
+            raise ValueError(f"unlabeled_path: {e}") from e
+        if labeled:
+            raise ValueError(
+                f"unlabeled_path {p} has the label column {self.label!r}; it is for rows "
+                "without labels (put labeled rows in --data.path)"
+            )
+
+    def unlabeled_file_rows(self) -> pa.Table | None:
+        """``unlabeled_path``'s rows encoded with the training vocabulary (``None``: no file).
+
+        Preprocessed once into its own cache entry (every row in its ``train`` split), keyed
+        by the file and the vocabulary's fingerprints.
+        """
+        if self.unlabeled_path is None:
+            return None
+        if self._unlabeled is None:
+            self.check_unlabeled_file()
+            options = dataclasses.replace(self.options, val_fraction=0.0, test_fraction=0.0)
+            module = TabularDataModule(
+                self.unlabeled_path, None, self.dense, self.categorical, options,
+                use_labels=False, cache_dir=str(self.cache_dir), delimiter=self.delimiter,
+            )  # fmt: skip
+            module.use_vocabulary(self.vocabulary)
+            self._unlabeled = module
+        return self._unlabeled.split_table("train")
 
     def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
         """``columns`` of ``split``'s rows as read from the files (text, or Parquet types)."""

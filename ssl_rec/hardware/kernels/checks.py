@@ -11,6 +11,7 @@ import torch
 
 from ssl_rec.hardware.kernels.table_meta import (
     CACHE_WAYS,
+    HPARAM_COLUMNS,
     MAX_ADMISSION,
     META_ADMISSION,
     META_COLUMNS,
@@ -90,7 +91,7 @@ def check_tables(t: TableTensors) -> list[tuple[int, int]]:
         raise ValueError(f"meta must be int64[T, {META_COLUMNS}], got {list(t.meta.shape)}")
     n = t.meta.shape[0]
     _expect(t.hparams, torch.float32, 2, "hparams")
-    _expect_shape(t.hparams, (n, 2), "hparams")
+    _expect_shape(t.hparams, (n, HPARAM_COLUMNS), "hparams")
     lists = (t.stores, t.cache_rows, t.cache_tags, t.cache_state, t.stats, t.momentum)
     for tensors in lists:
         if len(tensors) != n:

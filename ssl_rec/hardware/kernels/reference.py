@@ -25,6 +25,9 @@ from ssl_rec.hardware.kernels.checks import (
 )
 from ssl_rec.hardware.kernels.replacement import assign_slots
 from ssl_rec.hardware.kernels.table_meta import (
+    HPARAM_EPS,
+    HPARAM_LR,
+    HPARAM_WEIGHT_DECAY,
     META_ADMISSION,
     META_DIM,
     META_KIND,
@@ -246,7 +249,7 @@ def _sum_squares(acc: torch.Tensor) -> torch.Tensor:
 
 
 def _multiplier(t: TableTensors, i: int, rows: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
-    lr, eps = t.hparams[i, 0], t.hparams[i, 1]
+    lr, eps = t.hparams[i, HPARAM_LR], t.hparams[i, HPARAM_EPS]
     if int(t.meta[i, META_OPTIMIZER]) == 0:
         return lr.expand(rows.shape[0])
     sumsq = _sum_squares(acc)
@@ -262,14 +265,19 @@ def _update_table(t: TableTensors, i: int, plan: AdmittedBatch, grad, seed: int,
     acc = _aggregate(plan.inverse[i].long(), grad[:, i, :], u)
     live = ~(acc == 0).all(dim=1)  # rows whose gradient is exactly zero are not touched
     rows, acc = plan.rows[i, :u][live], acc[live]
-    step_rows = _multiplier(t, i, rows, acc)[:, None] * acc
     slots = _current_slots(t, i, rows, plan.slots[i, :u][live])
     hit = slots >= 0
-    cache = t.cache_rows[i]
-    cache[slots[hit]] = cache[slots[hit]] - step_rows[hit]
     miss_rows = rows[~hit]
-    kind, dim = _kind(t, i), int(t.meta[i, META_DIM])
-    new = dequantize_rows(t.stores[i][miss_rows], kind, dim) - step_rows[~hit]
+    kind, dim, cache = _kind(t, i), int(t.meta[i, META_DIM]), t.cache_rows[i]
+    stored = dequantize_rows(t.stores[i][miss_rows], kind, dim)
+    decay = t.hparams[i, HPARAM_WEIGHT_DECAY]
+    if decay != 0:  # L2 on the touched rows' current values, as FBGEMM's weight_decay_mode L2
+        values = torch.empty_like(acc)
+        values[hit], values[~hit] = cache[slots[hit]], stored
+        acc = acc + decay * values
+    step_rows = _multiplier(t, i, rows, acc)[:, None] * acc
+    cache[slots[hit]] = cache[slots[hit]] - step_rows[hit]
+    new = stored - step_rows[~hit]
     rk = None
     if bool(t.meta[i, META_STOCHASTIC]):
         key = stream_key(seed, int(t.meta[i, META_STREAM]), PURPOSE_UPDATE, step)
@@ -282,9 +290,12 @@ def _update_table(t: TableTensors, i: int, plan: AdmittedBatch, grad, seed: int,
 def update(t: TableTensors, plan: AdmittedBatch, grad: torch.Tensor, seed: int, step: int) -> None:
     """Fused backward: per-row gradient sum, optimizer step, cache or store write.
 
-    Rows whose summed gradient is exactly zero (e.g. masked fields) are skipped. Cached rows
-    are updated exactly in FP32, uncached ones in the store with stochastic rounding
-    (purpose ``PURPOSE_UPDATE``).
+    Rows whose summed gradient is exactly zero (e.g. masked fields) are skipped. With a
+    weight decay ``wd`` (``hparams[:, HPARAM_WEIGHT_DECAY]``) each updated row's gradient sum
+    ``g`` becomes ``g + wd * w``, ``w`` the row's current value, before the optimizer step
+    (FBGEMM's L2 mode, lazy: rows the batch does not touch do not decay). Cached rows are
+    updated exactly in FP32, uncached ones in the store with stochastic rounding (purpose
+    ``PURPOSE_UPDATE``).
 
     Args:
         t: The tables (modified in place).

@@ -22,6 +22,10 @@ META_DIM = 7
 META_ROW_STRIDE = 8  # global row = row_offset + local row * row_stride
 META_ADMISSION = 9  # a missed row is admitted at this many samples in its batch (>= 1)
 META_COLUMNS = 10
+HPARAM_LR = 0
+HPARAM_EPS = 1
+HPARAM_WEIGHT_DECAY = 2  # L2 on the rows a batch touches (FBGEMM's weight_decay_mode L2)
+HPARAM_COLUMNS = 3
 MAX_ADMISSION = 1 << 30  # samples of a row in a batch are counted in int32
 
 POLICY_CODES: dict[str, int] = {"lru": 0, "lfu": 1}
@@ -44,7 +48,7 @@ class TableTensors(NamedTuple):
         stats: T int64[4]: hits, misses, evictions, store writes.
         momentum: T float32[R] row-wise Adagrad state (or [0] for SGD).
         meta: int64[T, 10], columns ``META_*``.
-        hparams: float32[T, 2]: learning rate, eps.
+        hparams: float32[T, 3], columns ``HPARAM_*``: learning rate, eps, weight decay.
 
     """
 
@@ -101,5 +105,5 @@ def uncached_tables(stores: list[torch.Tensor], codes: list[int], dim: int) -> T
         stats=[torch.zeros(4, dtype=torch.int64) for _ in range(t)],
         momentum=[torch.zeros(0)] * t,
         meta=meta,
-        hparams=torch.zeros(t, 2),
+        hparams=torch.zeros(t, HPARAM_COLUMNS),
     )

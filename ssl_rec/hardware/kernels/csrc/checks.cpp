@@ -86,8 +86,10 @@ TableView view_of(const Tables& t, int64_t f) {
   }
   v.stats = t.stats[f].data_ptr<int64_t>();
   v.mom = v.optimizer == 1 ? t.momentum[f].data_ptr<float>() : nullptr;
-  v.lr = t.hparams.accessor<float, 2>()[f][0];
-  v.eps = t.hparams.accessor<float, 2>()[f][1];
+  const auto hp = t.hparams.accessor<float, 2>();
+  v.lr = hp[f][kLr];
+  v.eps = hp[f][kEps];
+  v.wd = hp[f][kWeightDecay];
   return v;
 }
 
@@ -99,7 +101,7 @@ std::vector<TableView> table_views(const Tables& t) {
                     "], got ", shape_of(t.meta));
   const int64_t F = t.meta.size(0);
   expect(t.hparams, at::kFloat, 2, "hparams");
-  expect_shape(t.hparams, {F, 2}, "hparams");
+  expect_shape(t.hparams, {F, kHParamColumns}, "hparams");
   const TensorList* lists[] = {&t.stores, &t.cache_rows, &t.cache_tags,
                                &t.cache_state, &t.stats, &t.momentum};
   for (const TensorList* l : lists)
@@ -191,8 +193,9 @@ std::vector<TableView> TableSet::views() const {
   }
   const float* hp = tables_.hparams.data_ptr<float>();
   for (size_t f = 0; f < views_.size(); ++f) {
-    views_[f].lr = hp[2 * f];
-    views_[f].eps = hp[2 * f + 1];
+    views_[f].lr = hp[kHParamColumns * f + kLr];
+    views_[f].eps = hp[kHParamColumns * f + kEps];
+    views_[f].wd = hp[kHParamColumns * f + kWeightDecay];
   }
   return views_;
 }

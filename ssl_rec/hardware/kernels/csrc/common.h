@@ -25,6 +25,9 @@ enum Meta {
   kKind = 0, kPolicy, kOptimizer, kStochastic, kStream, kRowOffset, kRows, kDim, kRowStride,
   kAdmission, kMetaColumns
 };
+// Column order of the float32[T, 3] table hyperparameters
+// (ssl_rec.hardware.kernels.table_meta.HPARAM_*).
+enum HParam { kLr = 0, kEps, kWeightDecay, kHParamColumns };
 // Largest admission count: a batch's samples of one row are counted in int32.
 constexpr int64_t kMaxAdmission = 1 << 30;
 enum Purpose { kPurposeUpdate = 0, kPurposeEvict = 1 };

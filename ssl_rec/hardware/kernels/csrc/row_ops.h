@@ -321,6 +321,25 @@ inline void add_row(float* __restrict acc, const float* __restrict g, int64_t di
   for (; d < dim; ++d) acc[d] = acc[d] + g[d];
 }
 
+// acc[d] = acc[d] + wd * w[d] (the product rounded, then the sum): L2 weight decay
+inline void add_scaled(float* __restrict acc, float wd, const float* __restrict w, int64_t dim) {
+  int64_t d = 0;
+#if SSL_LEVEL == 2
+  const __m512 m = _mm512_set1_ps(wd);
+  for (; d + 16 <= dim; d += 16) {
+    const __m512 decay = _mm512_mul_ps(m, _mm512_loadu_ps(w + d));
+    _mm512_storeu_ps(acc + d, _mm512_add_ps(_mm512_loadu_ps(acc + d), decay));
+  }
+#elif SSL_LEVEL == 1
+  const __m256 m = _mm256_set1_ps(wd);
+  for (; d + 8 <= dim; d += 8) {
+    const __m256 decay = _mm256_mul_ps(m, _mm256_loadu_ps(w + d));
+    _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), decay));
+  }
+#endif
+  for (; d < dim; ++d) acc[d] = acc[d] + wd * w[d];
+}
+
 // w[d] = w[d] - mult * a[d] (the product rounded, then the difference)
 inline void sub_scaled(float* __restrict w, float mult, const float* __restrict a, int64_t dim) {
   int64_t d = 0;

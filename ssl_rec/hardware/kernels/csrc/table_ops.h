@@ -139,14 +139,16 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
 
 // Fused optimizer step of unique rows [u0, u1) of table f: the gradient rows of each unique
 // row summed in sample order (the first one taken as is), rows whose sum is exactly zero
-// skipped, then SGD or row-wise Adagrad into the cache row (exact) or the store row
-// (dequantize, step, stochastic rounding). Where a row lives is its plan slot when
-// `slots_current` (no admission since the plan's: its locked rows kept their slots and no
-// other row of it was admitted), else looked up again by tag. Returns the number of store
-// writes.
-inline int64_t update(const TableView& table, const int64_t* rows, const int32_t* slots,
-                      Groups g, const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
-                      uint32_t key, bool slots_current) {
+// skipped, with `Decay` the L2 term wd * w of the row's current value w added to that sum
+// (FBGEMM's weight_decay_mode L2, lazily: only rows this batch touches decay), then SGD or
+// row-wise Adagrad into the cache row (exact) or the store row (dequantize, step, stochastic
+// rounding). Where a row lives is its plan slot when `slots_current` (no admission since the
+// plan's: its locked rows kept their slots and no other row of it was admitted), else looked
+// up again by tag. Returns the number of store writes.
+template <bool Decay>
+inline int64_t update_rows(const TableView& table, const int64_t* rows, const int32_t* slots,
+                           Groups g, const float* grad, int64_t F, int64_t f, int64_t u0,
+                           int64_t u1, uint32_t key, bool slots_current) {
   // A local copy: the row writes below may alias any object reached through a pointer, which
   // would make every row reload the table's fields.
   const TableView t = table;
@@ -184,18 +186,37 @@ inline int64_t update(const TableView& table, const int64_t* rows, const int32_t
     }
     if (all_zero(a, dim)) continue;
     const int64_t row = rows[u];
+    // (an uncached table's plan slots are all -1: check_plan allows no other value)
+    const int64_t slot = slots_current ? slots[u] : t.current_slot(row, slots[u]);
+    if (Decay) {
+      // The row's value: its cache row, its FP32 store row, or its store row dequantized
+      // into tmp (which the step below then updates and quantizes back).
+      const float* w = tmp;
+      if (slot >= 0) {
+        w = t.cache_row(slot);
+      } else if (t.kind == kFp32) {
+        w = reinterpret_cast<const float*>(t.store_row(row));
+      } else {
+        dequant_row(t.kind, t.store_row(row), dim, tmp);
+      }
+      if (a != acc) copy_row(acc, a, dim);
+      add_scaled(acc, t.wd, w, dim);
+      a = acc;
+    }
     float mult = t.lr;
     if (t.optimizer == 1) {
       const float mo = t.mom[row] + sum_squares(a, dim) / static_cast<float>(dim);
       t.mom[row] = mo;
       mult = t.lr / (std::sqrt(mo) + t.eps);
     }
-    // (an uncached table's plan slots are all -1: check_plan allows no other value)
-    const int64_t slot = slots_current ? slots[u] : t.current_slot(row, slots[u]);
     if (slot >= 0) {
       sub_scaled(t.cache_row(slot), mult, a, dim);
     } else if (t.kind == kFp32) {
       sub_scaled(reinterpret_cast<float*>(t.store_row(row)), mult, a, dim);
+      ++writes;
+    } else if (Decay) {
+      sub_scaled(tmp, mult, a, dim);
+      quant_row(t.kind, tmp, dim, t.store_row(row), t.sr, row_key(key, t.global_row(row)));
       ++writes;
     } else {
       step_store_row(t.kind, t.store_row(row), dim, mult, a, t.sr,
@@ -204,4 +225,14 @@ inline int64_t update(const TableView& table, const int64_t* rows, const int32_t
     }
   }
   return writes;
+}
+
+// update_rows with or without weight decay, chosen once per call: the rows' loop of a table
+// without decay is the same code as before decay existed.
+inline int64_t update(const TableView& table, const int64_t* rows, const int32_t* slots,
+                      Groups g, const float* grad, int64_t F, int64_t f, int64_t u0, int64_t u1,
+                      uint32_t key, bool slots_current) {
+  if (table.wd != 0.0f)
+    return update_rows<true>(table, rows, slots, g, grad, F, f, u0, u1, key, slots_current);
+  return update_rows<false>(table, rows, slots, g, grad, F, f, u0, u1, key, slots_current);
 }

@@ -24,6 +24,7 @@ struct TableView {
   int64_t* stats = nullptr;
   float* mom = nullptr;
   float lr = 0.0f, eps = 0.0f;
+  float wd = 0.0f;  // L2 weight decay of the fused optimizer (touched rows only)
 
   uint64_t set_magic = 0;  // floor(2^64 / sets) + 1 when rows < 2^32 and sets > 1, else 0
 

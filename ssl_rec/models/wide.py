@@ -1,0 +1,109 @@
+"""The wide (linear) part of Wide & Deep: one learned scalar per id, plus a linear dense term.
+
+Cheng et al., "Wide & Deep Learning for Recommender Systems", DLRS 2016,
+https://arxiv.org/abs/1606.07792. What logistic regression on one-hot ids learns, added to
+the deep model's logit, so that the deep model need not rediscover it from few labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, Precision, TableSpec
+
+__all__ = ["WideTerm", "wide_table_spec", "wide_term"]
+
+_FLOAT_FORMATS = (Precision.fp32, Precision.fp16, Precision.bf16)
+
+
+def wide_table_spec(spec: TableSpec) -> TableSpec:
+    """The spec of a field's one-column wide table, given its embedding table's spec.
+
+    The optimizer, learning rate, weight decay, stochastic rounding and store directory are
+    kept; FP16 and BF16 stay. Integer formats become FP32: a one-column row of theirs holds
+    the value in its scale and bias (INT8: 9 bytes, more than FP32's 4; INT4 and INT2 round
+    their FP16 bias down on every write, a drift a scalar would feel).
+
+    Args:
+        spec: the embedding table's spec.
+
+    Returns:
+        The wide table's spec (no cache: a scalar row is smaller than a cache slot's tag).
+    """
+    precision = spec.precision if spec.precision in _FLOAT_FORMATS else Precision.fp32
+    return dataclasses.replace(spec, precision=precision, cache_fraction=0.0)
+
+
+class WideTerm(nn.Module):
+    """``sum_f w_f[id_f] + <v, dense>``: a per-id scalar for every field and a dense linear map.
+
+    The scalars live in the library's own tables (one column each, zero at the start), so
+    they train with the fused sparse optimizer of their field's :class:`TableSpec` (see
+    :func:`wide_table_spec`) and are saved with the module's ``state_dict``; the dense
+    weights (zero at the start, no bias: the head has one) train with the dense optimizer.
+
+    Args:
+        field_names: names of the ``F`` fields (the tables' names).
+        cardinalities: ids per field.
+        n_dense: number of dense features (0: no dense term).
+        specs: one embedding spec per field (or one for all), mapped by
+            :func:`wide_table_spec`.
+        seed: stochastic-rounding seed of the tables.
+
+    Shape:
+        ``sparse int64[B, F]``, ``dense float32[B, n_dense]`` -> ``float32[B]``.
+
+    Example:
+        >>> wide = WideTerm(["user"], [10], 1)
+        >>> wide(torch.tensor([[3], [4]]), torch.ones(2, 1)).tolist()
+        [0.0, 0.0]
+
+    """
+
+    def __init__(
+        self,
+        field_names: Sequence[str],
+        cardinalities: Sequence[int],
+        n_dense: int,
+        specs: Sequence[TableSpec] | TableSpec | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if n_dense < 0:
+            raise ValueError(f"WideTerm.n_dense must be >= 0, got {n_dense}")
+        if specs is None or isinstance(specs, TableSpec):
+            specs = [specs or TableSpec()] * len(cardinalities)
+        if len(specs) != len(cardinalities):
+            raise ValueError(f"WideTerm: {len(specs)} specs for {len(cardinalities)} fields")
+        self.ids = MixedPrecisionEmbeddingCollection(
+            list(cardinalities),
+            1,
+            [wide_table_spec(s) for s in specs],
+            seed=seed,
+            init_std=0.0,
+            table_names=list(field_names),
+        )
+        self.dense = nn.Linear(n_dense, 1, bias=False) if n_dense else None
+        if self.dense is not None:
+            nn.init.zeros_(self.dense.weight)
+
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """The wide logit of each row; see the class docstring for shapes."""
+        logit = self.ids(sparse).sum(dim=(1, 2))
+        if self.dense is not None:
+            logit = logit + self.dense(dense).squeeze(-1)
+        return logit
+
+
+def wide_term(backbone: nn.Module) -> WideTerm:
+    """The :class:`WideTerm` of a :class:`~ssl_rec.models.Backbone`'s fields and dense columns.
+
+    Each field's wide table follows that field's own table spec (overrides included).
+    """
+    schema = backbone.schema
+    specs = backbone.table_specs
+    return WideTerm(schema.field_names, schema.cardinalities, schema.n_dense, specs)

@@ -1,0 +1,41 @@
+"""Data-parallel (replicated) tables on two gloo processes: exact, and replicas bit-identical.
+
+The worker trains the parity model with every small table replicated on both ranks (the
+others row-split or whole), on the same 50 global batches as one process training the
+unsharded tables; its ``RESULT`` lines carry the losses and the replica checks.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torchrec", reason="scale-out needs the optional dist install (make dist)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
+
+from common import SPECS, data, model, part  # noqa: E402
+from parity import GLOBAL_BATCH, STEPS, train  # noqa: E402
+from test_multiprocess import torchrun  # noqa: E402
+
+# The FP32 tables train bit for bit; what is left is the dense all-reduce's rounding (as in
+# test_multiprocess.py), which a stochastically rounded INT8 write can turn into a level.
+TOLERANCE = {"fp32": 1e-5, "int8_cache5": 2e-4}
+
+
+@pytest.mark.slow
+def test_replicated_tables_match_one_process_and_stay_identical() -> None:
+    runs = {r["tables"]: r for r in torchrun("replicated.py")}
+    schema, rows = data("train", STEPS * GLOBAL_BATCH)
+    assert set(runs) == set(SPECS)
+    for tables, run in runs.items():
+        assert len(run["replicated"]) >= 10 and "data_parallel" in run["types"].values()
+        assert run["replicas_identical"], f"{tables}: replicas differ across ranks"
+        assert run["reload_identical"], f"{tables}: state_dict reload changed a replica"
+        ctr = model(schema, SPECS[tables]).train()
+        reference = train(ctr, lambda s: part(rows, s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH),
+                          1, 0)  # fmt: skip
+        gap = max(abs(a - b) for a, b in zip(run["losses"], reference, strict=True))
+        assert gap <= TOLERANCE[tables], f"{tables}: loss gap {gap} over {STEPS} steps"

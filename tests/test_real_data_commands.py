@@ -1,0 +1,100 @@
+"""The real-data study runs the shipped own-data configs with the README's own commands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `benchmarks` is a package at the repository root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import real_data  # noqa: E402
+from ssl_rec.cli import instantiate  # noqa: E402
+
+OWN_KEYS = ["--data.path", "--data.label", "--data.dense", "--data.categorical"]
+
+
+def _keys(args: list[str]) -> list[str]:
+    return [a.partition("=")[0] for a in args]
+
+
+def _readme_fit_configs() -> list[str]:
+    """The ``--config`` of every ``ssl-rec fit`` of the README's own-data block."""
+    body = (ROOT / "README.md").read_text().split("## Your own data\n", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", body, re.S).group(1)
+    lines = re.sub(r"\\\n\s*", " ", block).splitlines()
+    fits = [shlex.split(line) for line in lines if line.startswith("ssl-rec fit ")]
+    return [argv[argv.index("--config") + 1] for argv in fits]
+
+
+@pytest.mark.parametrize("dataset", sorted(real_data.DATASETS))
+def test_study_commands_are_the_readme_own_data_commands(dataset: str) -> None:
+    commands = real_data._commands(real_data.FULL, dataset)
+    scratch = commands["scratch (dlrm)"]
+    # From scratch: the README's first command, nothing added but the table's options.
+    assert scratch[0] == "--config=configs/ctr/tabular.yaml"
+    assert _keys(scratch[1:]) == OWN_KEYS
+    assert scratch[1] == "--data.path=DIR"
+    module = real_data.DATA_MODULES[dataset]
+    assert f"--data.label={module.label_column}" in scratch
+    # Pretrain -> fine-tune: the README's second pair, pretraining capped in epochs only.
+    generative = commands["generative (pretraining)"]
+    assert generative[0] == "--config=configs/pretrain/tabular.yaml"
+    assert _keys(generative[1:]) == [*OWN_KEYS, "--trainer.max_epochs"]
+    finetune = commands["generative (shipped)"]
+    assert finetune[0] == "--config=configs/finetune/tabular.yaml"
+    assert _keys(finetune[1:]) == [*OWN_KEYS, "--model.init_args.init_from"]
+    readme = _readme_fit_configs()
+    for config in ("configs/ctr/tabular.yaml", "configs/pretrain/tabular.yaml",
+                   "configs/finetune/tabular.yaml"):  # fmt: skip
+        assert config in readme
+
+
+def test_every_config_the_study_runs_is_shipped() -> None:
+    commands = real_data._commands(real_data.FULL, "ecommerce")
+    assert {"joint (shipped)", "semi_supervised (info_nce weight=0.5)"} <= set(commands)
+    named = [value for args in commands.values() for a in args
+             if (value := a.partition("=")[2]).startswith("configs/")]  # fmt: skip
+    assert named, "no config named"
+    missing = [n for n in named if not (ROOT / n).is_file()]
+    assert missing == []
+    # Every pretraining reads the table through an own-data config (it takes --data.path).
+    for name, args in commands.items():
+        if name.endswith("(pretraining)"):
+            configs = [a.partition("=")[2] for a in args if a.startswith(("--config=", "--data="))]
+            text = "".join((ROOT / c).read_text() for c in configs)
+            assert "ssl_rec.data.TabularDataModule" in text or "tabular_unlabeled" in text, name
+
+
+def test_scratch_variants_change_what_they_name(tmp_path: Path, write_clicks) -> None:
+    """Each knob of the grid reaches the model it builds (no variant is silently the default)."""
+    path = tmp_path / "clicks.csv"
+    write_clicks(path, n=400)
+    own = ["--data.path", str(path), "--data.label", "clicked", "--data.dense", "[price]",
+           "--data.categorical", "[user,item]",
+           f"--data.init_args.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    base = [f"--config={ROOT / 'configs/ctr/tabular.yaml'}", *own, "--trainer.logger=false"]
+
+    def build(variant: str):  # noqa: ANN202 - a LightningCLI
+        extra = [real_data._absolute(a) for a in real_data.SCRATCH_VARIANTS[variant]]
+        return instantiate([*base, *extra])
+
+    shipped = build("dlrm")
+    assert build("dlrm, wide=true").model.hparams.wide != shipped.model.hparams.wide
+
+    def encoder(cli) -> dict:  # noqa: ANN001 - a LightningCLI
+        return cli.model.hparams.backbone["init_args"]["encoder"]
+
+    assert encoder(shipped)["init_args"]["dropout"] == 0.2  # the study's choice
+    assert encoder(build("dlrm, dropout=0"))["init_args"]["dropout"] == 0
+    tables = build("dlrm, tables weight_decay=1e-4").model.hparams.backbone["init_args"]["tables"]
+    assert tables["weight_decay"] == pytest.approx(1e-4)
+    assert build("dlrm, batch_size=1024").datamodule.hparams.batch_size == 1024
+    deepfm = encoder(build("deepfm, dropout=0.2"))
+    assert deepfm["class_path"].endswith("DeepFMEncoder")
+    assert deepfm["init_args"]["dropout"] == 0.2  # the config's dropout carries over
