@@ -1,28 +1,40 @@
 """Serving the benchmark's DLRM in FP32 and quantized, at batch 1, 16 and 4096 (one thread).
 
 The FP32-table ``CTRModule`` of ``_e2e_models`` is read into the inference model
-(``ssl_rec.quantize.FloatCTR`` / ``ModelBuilder``, what ``ssl-rec quantize`` builds): every
-unit FP32, then the same model with INT8 tables (``int8``), with INT8 tables and FBGEMM INT8
-Linear layers (``int8_all``), and with INT4 tables (``int4``). ``throughput`` times them
-interleaved batch by batch.
+(``ssl_rec.quantize.FloatCTR`` / ``ModelBuilder``, what ``ssl-rec quantize`` builds) and
+built with these plans, timed interleaved batch by batch (``throughput``):
+
+- ``fp32``: every unit FP32 (the baseline);
+- ``quantized`` (the headline ``ratios``): what ``ssl-rec quantize`` builds where its NE
+  budget lets every unit descend to INT8: INT8 tables, FBGEMM INT8 Linear layers
+  (``int8_fbgemm``), the Linear layers of at most ``TINY_WEIGHTS`` weights kept FP32 as its
+  search keeps them (the click unit), the interaction FP32 (the compiled kernel);
+- ``int8_tables`` (INT8 tables, FP32 layers), ``int4_tables``, ``int8_all`` (every Linear
+  layer INT8, the click unit too) and ``int8_bf16`` (INT8 tables, bfloat16 Linear layers
+  where ``quantized`` has INT8 ones): ``other_plans_vs_fp32``.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import nn
 
 from benchmarks._e2e_models import LibraryDLRM, make_raw
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
+from ssl_rec.quantize.search import search_plan
 
 BATCHES = {1: 400, 16: 200, 4096: 20}  # batch size -> rounds
+# Linear layers of at most this many weights stay FP32 in ssl-rec quantize's search
+TINY_WEIGHTS = inspect.signature(search_plan).parameters["tiny_weights"].default
 QUICK_ROUNDS = {1: 10, 16: 5, 4096: 2}
 
 
 def measure_serving(cap: int, quick: bool) -> dict:
-    """Samples/s and p50 latency of each model; ``ratios``: INT8 tables over FP32 samples/s
+    """Samples/s and p50 latency of each plan; ``ratios``: ``quantized`` over FP32 samples/s
     per batch size (``batch1``, ``batch16``, ``batch4096``), ``other_plans_vs_fp32`` the same
-    for INT4 tables and for INT8 tables + INT8 Linear layers."""
+    for the other plans (see the module's docstring)."""
     from ssl_rec.quantize import FloatCTR, ModelBuilder, Rows, throughput
 
     torch.set_num_threads(1)
@@ -35,14 +47,11 @@ def measure_serving(cap: int, quick: bool) -> dict:
     source = FloatCTR.from_backbone(module.backbone, module.head)
     builder = ModelBuilder(source)
     fp32 = source.fp32_plan()
-    plans = {"fp32": fp32}
-    for bits in ("int8", "int4"):
-        plans[bits] = type(fp32)(dict.fromkeys(fp32.tables, bits), dict(fp32.layers))
-    linear = {
-        name: "int8_fbgemm" if isinstance(source.dense.get_submodule(name), nn.Linear) else p
-        for name, p in fp32.layers.items()
-    }
-    plans["int8_all"] = type(fp32)(dict.fromkeys(fp32.tables, "int8"), linear)
+    plans = {"fp32": fp32, "quantized": _plan(source, fp32, "int8", "int8_fbgemm", TINY_WEIGHTS),
+             "int8_tables": _plan(source, fp32, "int8", "fp32", 0),
+             "int4_tables": _plan(source, fp32, "int4", "fp32", 0),
+             "int8_all": _plan(source, fp32, "int8", "int8_fbgemm", 0),
+             "int8_bf16": _plan(source, fp32, "int8", "bf16", TINY_WEIGHTS)}  # fmt: skip
     models = {name: builder.build(plan) for name, plan in plans.items()}
     rows = Rows(torch.cat([r.dense for r in raws]), torch.cat([r.ids for r in raws]),
                 torch.cat([r.label for r in raws]))  # fmt: skip
@@ -53,11 +62,22 @@ def measure_serving(cap: int, quick: bool) -> dict:
         timed = throughput(models, rows, batch, threads=1, rounds=rounds)
         out[f"batch{batch}"] = timed
         base = timed["fp32"]["samples_per_s"]
-        ratios[f"batch{batch}"] = timed["int8"]["samples_per_s"] / base
-        for name in ("int4", "int8_all"):
+        ratios[f"batch{batch}"] = timed["quantized"]["samples_per_s"] / base
+        for name in list(plans)[2:]:
             others[f"{name}_batch{batch}"] = timed[name]["samples_per_s"] / base
     out["ratios"], out["other_plans_vs_fp32"] = ratios, others
     return out
+
+
+def _plan(source, fp32, tables: str, linear: str, tiny: int):  # noqa: ANN001, ANN202
+    """``fp32`` with every table at ``tables`` and every Linear layer of more than ``tiny``
+    weights at ``linear`` (a QuantizationPlan)."""
+    layers = {}
+    for name, precision in fp32.layers.items():
+        layer = source.dense.get_submodule(name)
+        big = isinstance(layer, nn.Linear) and layer.weight.numel() > tiny
+        layers[name] = linear if big else precision
+    return type(fp32)(dict.fromkeys(fp32.tables, tables), layers)
 
 
 def _describe(tables: dict[str, str], layers: dict[str, str]) -> str:

@@ -202,6 +202,27 @@ def pyplot() -> Any:
     return plt
 
 
+def ratio_bars(labels: list[str], values: list[float], xlabel: str, width: float,
+               row_height: float) -> Figure:  # fmt: skip
+    """Horizontal bars, one row per label, with a black line at ratio 1 (parity).
+
+    Args:
+        labels: the bars' names, top to bottom.
+        values: the ratios (unitless), one per label.
+        xlabel: the x axis' label (what a ratio above 1 means).
+        width: the figure's width in inches.
+        row_height: inches per bar; the figure is ``row_height * len(labels) + 1.5`` high.
+
+    """
+    fig, ax = pyplot().subplots(figsize=(width, row_height * len(labels) + 1.5))
+    ax.barh(labels, values)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 100) -> None:
     """Render ``fig`` as PNG into memory, write it to ``path`` atomically and close it."""
     buf = io.BytesIO()

@@ -20,16 +20,26 @@ from benchmarks._retrieval_peers import RetrievalSplit, split_metrics
 from ssl_rec.hardware import TableSpec
 from ssl_rec.lightning import RetrievalModule
 from ssl_rec.models import TowerEncoder, TwoTowerModel
-from ssl_rec.objectives import InfoNCE, SampledSoftmax
+from ssl_rec.objectives import ComplementaryInfoNCE, InfoNCE, SampledSoftmax
 from ssl_rec.types import Batch
 
 QUERY_FIELDS = ["user_id", "gender", "occupation", "age_decade", "zip3", "age"]
 ITEM_FIELDS = ["movie_id", "genres", "release_year"]
+RICH_ITEM_FIELDS = [*ITEM_FIELDS, "genre_1", "genre_2", "genre_3", "release_decade"]
 
 
 @dataclass(frozen=True)
 class TowerConfig:
-    """One two-tower variant (``precision``: ``fp32`` or ``int8`` with a 5% FP32 cache)."""
+    """One two-tower variant (``precision``: ``fp32`` or ``int8`` with a 5% FP32 cache).
+
+    The item-side self-supervision (on when ``ssl_weight > 0``): ``ssl_views`` is
+    ``complementary`` (:class:`ComplementaryInfoNCE`: the two views mask complementary
+    field sets, no projection head, Yao et al. 2021) or ``independent`` (:class:`InfoNCE`:
+    two independent correlated-feature masks and a projection head); ``ssl_items`` and
+    ``ssl_batch_size`` are ``RetrievalModule``'s (which items it sees). ``item_fields``:
+    ``basic`` (movie, genre set, year) or ``rich`` (plus the first three genres one by one and
+    the decade).
+    """
 
     embedding_dim: int = 32
     hidden: tuple[int, ...] = (64,)
@@ -43,6 +53,10 @@ class TowerConfig:
     precision: str = "fp32"
     ssl_weight: float = 0.0
     ssl_temperature: float = 0.2
+    ssl_views: str = "complementary"
+    ssl_items: str = "uniform"
+    ssl_batch_size: int = 0
+    item_fields: str = "rich"
     batch_size: int = 512
     notes: dict = field(default_factory=dict, compare=False)
 
@@ -60,18 +74,22 @@ def build(config: TowerConfig, dm, seed: int) -> RetrievalModule:
                        learning_rate=config.table_learning_rate, **cache)  # fmt: skip
 
     encoder = partial(TowerEncoder, hidden=list(config.hidden), output_dim=config.output_dim)
-    towers = partial(TwoTowerModel, query_fields=QUERY_FIELDS, item_fields=ITEM_FIELDS,
+    items = RICH_ITEM_FIELDS if config.item_fields == "rich" else ITEM_FIELDS
+    towers = partial(TwoTowerModel, query_fields=QUERY_FIELDS, item_fields=items,
                      embedding_dim=config.embedding_dim, tables=tables, query_encoder=encoder,
                      item_encoder=encoder, seed=seed)  # fmt: skip
     objectives = {}
-    if config.ssl_weight > 0:
+    if config.ssl_weight > 0 and config.ssl_views == "complementary":
+        objectives = {"cfm": ComplementaryInfoNCE(temperature=config.ssl_temperature, seed=seed)}
+    elif config.ssl_weight > 0:
         objectives = {"cfm": InfoNCE(projection_dim=config.output_dim, hidden=64,
                                      temperature=config.ssl_temperature)}  # fmt: skip
     module = RetrievalModule(
         towers, dm.schema.to_dict(), loss=SampledSoftmax(temperature=config.temperature),
         uniform_negatives=config.uniform_negatives, log_q=config.log_q, item_objectives=objectives,
         item_weights={"cfm": config.ssl_weight} if objectives else None,
-        learning_rate=config.learning_rate,
+        learning_rate=config.learning_rate, ssl_items=config.ssl_items,
+        ssl_batch_size=config.ssl_batch_size, ssl_seed=seed,
     )  # fmt: skip
     module.use_data(dm)
     return module

@@ -48,7 +48,7 @@ from benchmarks._embedding_cases import (
     tbe_step,
     timed_rounds,
 )
-from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
+from benchmarks._harness import Figure, Recording, benchmark_parser, ratio_bars
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.hardware.freed_memory import MALLOC_ENV  # what the ssl-rec command asks for
 from ssl_rec.hardware.kernels.dispatch import get_kernels
@@ -218,7 +218,6 @@ def environment(fb: dict | None) -> dict:
 
 def plot(result: dict) -> Figure:
     """Bar chart of the 1-thread ratios at B = 4096, both skews."""
-    plt = pyplot()
     labels, values = [], []
     shown = [("criteo", result.get("one_thread", {}).get("4096")),
              ("uniform", result.get("uniform_skew"))]  # fmt: skip
@@ -227,13 +226,8 @@ def plot(result: dict) -> Figure:
             for sub, v in val.items() if isinstance(val, dict) else [("", val)]:
                 labels.append(f"{title} {key} {sub}".strip())
                 values.append(v)
-    fig, ax = plt.subplots(figsize=(10, 0.28 * len(labels) + 1.5))
-    ax.barh(labels, values)
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xlabel("speed ratio, 1 thread, B = 4096 (>1: ssl_rec faster)")
-    ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    return fig
+    xlabel = "speed ratio, 1 thread, B = 4096 (>1: ssl_rec faster)"
+    return ratio_bars(labels, values, xlabel, width=10, row_height=0.28)
 
 
 def print_table(result: dict) -> None:

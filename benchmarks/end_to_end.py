@@ -5,8 +5,9 @@ against the supervised step, validation lookups and serving against FP32, in one
         [--skip-ssl] [--skip-serving] --json OUT.json
 
 ``--quick`` is a smoke run that passes every code path once in well under a minute: one
-thread, batch 256, 1,000-row tables, three rounds, and of the pretraining configs only
-:data:`benchmarks._e2e_ssl.QUICK_CONFIGS`; its figures mean nothing.
+thread, batch 256, 1,000-row tables, three rounds, of the pretraining configs only
+:data:`benchmarks._e2e_ssl.QUICK_CONFIGS`, every part in one fresh process; its figures mean
+nothing.
 
 Training (``benchmarks/_e2e_models.py``): the shipped Criteo DLRM (26 Criteo-Kaggle-shaped
 tables capped at 250k rows as in ``embedding.py``, D = 64, bottom 512-256-64, top 512-256-1,
@@ -25,7 +26,9 @@ Pretraining (``benchmarks/_e2e_ssl.py``): every ``configs/pretrain/*.yaml`` and 
 ratio and a breakdown (views, lookups, encoder passes, momentum encoder, backward).
 
 Serving (``benchmarks/_e2e_serving.py``): the trained FP32-table model exported for inference
-in FP32 and with INT8 tables, samples/s at batch 1, 16 and 4096 on one thread.
+in FP32 and quantized as ``ssl-rec quantize`` builds it when every unit may go to INT8 (INT8
+tables, FBGEMM INT8 Linear layers but the tiny click unit), samples/s at batch 1, 16 and 4096
+on one thread; other plans (INT8 / INT4 tables alone, bfloat16 layers) beside it.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ if not __package__:  # `python benchmarks/end_to_end.py`: import the package fro
 
 from benchmarks._embedding_cases import reexec_with_memory_env
 from benchmarks._fresh_process import run_in_fresh_process
-from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
+from benchmarks._harness import Figure, Recording, benchmark_parser, ratio_bars
 
 FORMATS = ("fp32", "int8_cache5", "int4_cache1")
 NUM_BATCHES = 4  # distinct batches each model cycles over
+ROUNDS, QUICK_ROUNDS = 10, 3  # training rounds at batch <= 4096
+FULL_SSL, QUICK_SSL = (12, 4096), (3, 128)  # pretraining: (steps, batch)
 
 
 def _rotated_rounds(fns: dict, batches: list, rounds: int, warmup: int) -> dict[str, list[float]]:
@@ -149,7 +154,6 @@ def headline_eval(training: list[dict]) -> dict[str, float]:
 
 def plot(results: dict) -> Figure:
     """Bars of every headline ratio (> 1: the library / the quantized model / faster)."""
-    plt = pyplot()
     labels, values = [], []
     for key in ("train_vs_torchrec_dlrm", "eval_lookup_vs_fp32", "serve_vs_fp32"):
         for name, v in results.get(key, {}).items():
@@ -158,13 +162,48 @@ def plot(results: dict) -> Figure:
     for name, v in results.get("ssl_step_vs_supervised", {}).items():
         labels.append(f"ssl_step_vs_supervised: {name} (lower is cheaper)")
         values.append(v)
-    fig, ax = plt.subplots(figsize=(9, 0.3 * len(labels) + 1.5))
-    ax.barh(labels, values)
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xlabel("ratio")
-    ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    return fig
+    return ratio_bars(labels, values, "ratio", width=9, row_height=0.3)
+
+
+def measure_quick(
+    cap: int, batches: list[int], threads: list[int], ssl: bool, serving: bool
+) -> dict:
+    """``--quick``: every part in this one process (a smoke run pays the imports once)."""
+    from benchmarks._e2e_serving import measure_serving
+    from benchmarks._e2e_ssl import measure_ssl
+
+    out: dict = {
+        "training": [measure_training(cap, batches, t, QUICK_ROUNDS, True) for t in threads]
+    }
+    if ssl:
+        out["ssl"] = measure_ssl(1, *QUICK_SSL, True)
+    if serving:
+        out["serving"] = measure_serving(cap, True)
+    return out
+
+
+def measure_parts(args: argparse.Namespace, cap: int) -> dict:
+    """``{"training": [per thread count], "ssl": ..., "serving": ...}``, each part (each thread
+    count) in a fresh process."""
+    from benchmarks._e2e_serving import measure_serving
+    from benchmarks._e2e_ssl import measure_ssl
+
+    ssl, serving = not args.skip_ssl, not args.skip_serving
+    if args.quick:
+        return run_in_fresh_process(
+            measure_quick, cap, args.batches, args.threads, ssl, serving, quiet=False
+        )  # fmt: skip
+    out: dict = {
+        "training": [
+            run_in_fresh_process(measure_training, cap, args.batches, t, ROUNDS, False, quiet=False)
+            for t in args.threads
+        ]
+    }
+    if ssl:
+        out["ssl"] = run_in_fresh_process(measure_ssl, 1, *FULL_SSL, False, quiet=False)
+    if serving:
+        out["serving"] = run_in_fresh_process(measure_serving, cap, False, quiet=False)
+    return out
 
 
 def main() -> None:
@@ -173,13 +212,8 @@ def main() -> None:
     reexec_with_memory_env(False)
     record = Recording(__file__)
     cap = 1_000 if args.quick else 250_000
-    rounds = 3 if args.quick else 10
-    training = [
-        run_in_fresh_process(
-            measure_training, cap, args.batches, threads, rounds, args.quick, quiet=False
-        )  # fmt: skip
-        for threads in args.threads
-    ]
+    parts = measure_parts(args, cap)
+    training = parts["training"]
     results: dict = {
         "config": {
             "table_cap": cap,
@@ -188,7 +222,7 @@ def main() -> None:
             "top": [512, 256, 1],
             "threads": args.threads,
             "batches": args.batches,
-            "rounds": rounds,
+            "rounds": QUICK_ROUNDS if args.quick else ROUNDS,
             "library_step": "CTRModule forward + BCE + backward (fused table update) + Adam; "
             "no Trainer",
             "torchrec_step": "torchrec.models.dlrm.DLRM + FusedEmbeddingBagCollection "
@@ -198,20 +232,14 @@ def main() -> None:
         "eval_lookup_vs_fp32": headline_eval(training),
         "training": {f"{run['threads']}t": run["batches"] for run in training},
     }
-    if not args.skip_ssl:
-        from benchmarks._e2e_ssl import measure_ssl
-
-        steps, batch = (3, 128) if args.quick else (12, 4096)
-        ssl = run_in_fresh_process(measure_ssl, 1, steps, batch, args.quick, quiet=False)
+    if ssl := parts.get("ssl"):
+        steps, batch = QUICK_SSL if args.quick else FULL_SSL
         results["ssl_step_vs_supervised"] = ssl["ratios"]
         results["ssl_breakdown_ms"] = ssl["breakdown_ms"]
         results["ssl_config"] = {"threads": 1, "batch": batch, "steps": steps,
                                  "synthetic_data_for": ssl["synthetic_data_instead_of_user_file"],
                                  "errors": ssl["errors"]}  # fmt: skip
-    if not args.skip_serving:
-        from benchmarks._e2e_serving import measure_serving
-
-        serving = run_in_fresh_process(measure_serving, cap, args.quick, quiet=False)
+    if serving := parts.get("serving"):
         results["serve_vs_fp32"] = serving["ratios"]
         results["serving"] = serving
     for key in ("train_vs_torchrec_dlrm", "eval_lookup_vs_fp32", "serve_vs_fp32",

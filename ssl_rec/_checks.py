@@ -7,12 +7,19 @@ is reported as e.g. ``InfoNCE.temperature must be > 0, got 0.0``.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["check_at_least", "check_choice", "check_nonnegative", "check_positive", "check_rate"]
+__all__ = [
+    "check_at_least",
+    "check_choice",
+    "check_known_keys",
+    "check_nonnegative",
+    "check_positive",
+    "check_rate",
+]
 
 
 def check_rate(owner: str, key: str, value: float) -> float:
@@ -51,3 +58,24 @@ def check_choice(owner: str, key: str, value: T, allowed: Collection[T]) -> T:
     if value not in allowed:
         raise ValueError(f"{owner}.{key}={value!r} is not one of {list(allowed)}")
     return value
+
+
+def check_known_keys(
+    owner: str, key: str, given: Iterable[str], known: Sequence[str], noun: str
+) -> None:
+    """Check that every name in ``given`` (a mapping's keys) is one of ``known``.
+
+    Args:
+        owner: the class or command the setting belongs to.
+        key: the setting, a mapping keyed by names (``table_overrides``, ``objective_weights``).
+        given: the names it uses.
+        known: the names it may use, in the order the message lists them.
+        noun: what the names are, plural (``"fields"``, ``"objectives"``).
+
+    Raises:
+        ValueError: ``owner.key names unknown <noun> [sorted unknown]; <noun> are [known]``.
+
+    """
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"{owner}.{key} names unknown {noun} {unknown}; {noun} are {list(known)}")

@@ -78,6 +78,30 @@ def write_clicks() -> Callable[..., None]:
     return _write_clicks
 
 
+@pytest.fixture
+def cli_refuses(capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
+    """``cli_refuses(argv, *parts)`` runs ``ssl-rec argv`` and returns its one error line.
+
+    It asserts exit status 2, exactly one ``ssl-rec: error:`` line on stderr holding every
+    one of ``parts``, and no traceback.
+    """
+
+    def refuses(argv: list[str], *parts: str) -> str:
+        from ssl_rec.cli import main
+
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        message = [line for line in err.splitlines() if "ssl-rec: error:" in line]
+        assert len(message) == 1 and "Traceback" not in err, err
+        for part in parts:
+            assert part in message[0], (part, message[0])
+        return message[0]
+
+    return refuses
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Remove the session's W&B, HF and preprocessing caches (a run leaves nothing in /tmp)."""
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)

@@ -29,6 +29,7 @@ BAD_HYPERPARAMETERS = {
     "MaskedFeaturePrediction": {"num_candidates": 0},
     "MaskedDenseReconstruction": {"mask_rate": 1.5},
     "InfoNCE": {"temperature": 0.0},
+    "ComplementaryInfoNCE": {"temperature": 0.0},
     "MomentumContrast": {"temperature": -0.1},
     "ReplacedFeatureDetection": {"sample_temperature": 0.0},
     "AdversarialFeatureReplacement": {"tau": 0.0},

@@ -137,9 +137,24 @@ def test_snippet_runs(language: str, code: str, workspace: Path, monkeypatch) ->
         pytest.fail(f"snippet of unknown language {language!r}")
 
 
+def _launches_processes(argv: list[str]) -> bool:
+    """Whether an ``ssl-rec`` command asks Lightning for more than one device."""
+    for i, arg in enumerate(argv):
+        value = arg.partition("=")[2] if arg.startswith("--trainer.devices=") else None
+        if arg == "--trainer.devices" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None and value not in ("1", "auto"):
+            return True
+    return False
+
+
 def _run_command(argv: list[str], workspace: Path) -> None:
     if argv[0] == "make":
         subprocess.run(["make", "-n", *argv[1:]], cwd=ROOT, check=True, capture_output=True)
+    elif argv[0] == "ssl-rec" and _launches_processes(argv):
+        # Lightning's launcher would start copies of this pytest process:
+        # tests/distributed/test_lightning_launch.py runs the command in its own processes.
+        assert (ROOT / "tests/distributed/test_lightning_launch.py").is_file()
     elif argv[0] == "ssl-rec":
         run(tiny_ssl_rec(argv[1:]))
     elif argv[0] == "python":

@@ -41,6 +41,7 @@ from ssl_rec.cli.run_outputs import (
     place_outputs,
     set_wandb_run,
 )
+from ssl_rec.cli.table_declaration import model_tables
 from ssl_rec.lightning.callbacks import MetricsJSON
 from ssl_rec.lightning.durable_checkpoint_io import remove_stale_checkpoint_temporaries
 from ssl_rec.lightning.finite_checks import FiniteChecks
@@ -175,10 +176,14 @@ class SSLRecCLI(LightningCLI):
 
         jsonargparse wraps exceptions of a link's ``compute_fn`` (here: preprocessing the
         data) in a ``ValueError`` naming the link; the data's own message is the useful one.
-        The trainer also loads sharded checkpoint directories in one process.
+        The trainer also loads sharded checkpoint directories in one process. Under the
+        sharded strategy the model's tables are declared, not allocated: each rank allocates
+        its rows when the strategy shards them (:mod:`ssl_rec.cli.table_declaration`).
         """
+        config = self.config[self.subcommand] if self.subcommand else self.config
         try:
-            super().instantiate_classes()
+            with model_tables(config):
+                super().instantiate_classes()
         except ValueError as e:
             if e.__cause__ is not None and str(e).startswith("Call to compute_fn of link"):
                 raise e.__cause__ from None

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 import torch
 import yaml
 
+from ssl_rec.hardware.table_allocation import declared_state
+
 log = logging.getLogger(__name__)
 
 MODEL, DATA = "model", "data"
@@ -180,7 +182,9 @@ def check_resume(module: Any, datamodule: Any, checkpoint: Mapping[str, Any], pa
         differences += hparams_differences(data, data_saved, DATA, structural=False)
     refused = [d for d in differences if d.structural]
     if not refused and hasattr(module, "state_dict") and "state_dict" in checkpoint:
-        refused = state_differences(module.state_dict(), checkpoint["state_dict"] or {})
+        with declared_state():  # shapes only: declared tables stay unallocated until sharded
+            state = module.state_dict()
+        refused = state_differences(state, checkpoint["state_dict"] or {})
     if refused:
         raise ValueError(
             f"cannot resume {path} with {refused[0].describe()}: it changes the saved model's "

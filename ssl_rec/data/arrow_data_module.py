@@ -14,6 +14,7 @@ entry) and the source encode with them instead of fitting its own.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from dataclasses import asdict, is_dataclass
@@ -119,6 +120,19 @@ class ArrowDataModule(pl.LightningDataModule):
         self._splits: dict[str, datasets.Dataset] = {}
         self._given_vocabulary: Vocabularies | None = None
         self._vocabulary: Vocabularies | None = None
+
+    @staticmethod
+    def _base_arguments(init_locals: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+        """The keyword arguments of this class's ``__init__`` out of a source's ``locals()``.
+
+        A source passes its own arguments of the same names (``batch_size`` ..
+        ``unlabeled_per_batch``) on unchanged: ``super().__init__(**self._base_arguments(
+        locals()))``. One it does not take keeps this class's default (a source without
+        ``drop_last`` never drops); ``overrides`` replace values.
+        """
+        names = inspect.signature(ArrowDataModule.__init__).parameters
+        shared = {k: v for k, v in init_locals.items() if k in names and k != "self"}
+        return shared | overrides
 
     def _record_hparams(self, init_locals: dict[str, Any]) -> None:
         """Save the constructor arguments as plain values (checkpoints load weights-only).

@@ -7,11 +7,15 @@ TorchRec, so it lives apart and the planner imports it only for ``auto`` plans).
 
 from __future__ import annotations
 
-from ssl_rec.distributed.cost_model import TableInfo
-from ssl_rec.distributed.table_placement import ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
+from ssl_rec.distributed.cost_model import TableInfo, shard_bytes
+from ssl_rec.distributed.table_placement import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, TABLE_WISE
 from ssl_rec.hardware.cache import cache_geometry
 
-__all__ = ["allowed_types"]
+__all__ = ["REPLICA_MAX_BYTES", "allowed_types"]
+
+# A replica is whole on every rank: offered for tables up to this size (store, cache and
+# optimizer state), where W copies cost little memory.
+REPLICA_MAX_BYTES = 1 << 20
 
 
 def allowed_types(table: TableInfo, world_size: int, local_world_size: int) -> list[str]:
@@ -24,7 +28,10 @@ def allowed_types(table: TableInfo, world_size: int, local_world_size: int) -> l
 
     Returns:
         ``table_wise`` always; ``row_wise`` when the rows and cache sets split over W ranks;
-        ``table_row_wise`` when there are several hosts and they split over a host's ranks.
+        ``table_row_wise`` when there are several hosts and they split over a host's ranks;
+        ``data_parallel`` (a replica on every rank) for tables of at most
+        :data:`REPLICA_MAX_BYTES` on several ranks (replicas train the same global batch,
+        so they are always exact).
 
     """
     sets = cache_geometry(table.rows, table.spec)
@@ -39,4 +46,6 @@ def allowed_types(table: TableInfo, world_size: int, local_world_size: int) -> l
         and (table.rows >= local_world_size and sets % local_world_size == 0)
     ):
         types.append(TABLE_ROW_WISE)
+    if world_size > 1 and shard_bytes(table, 1, 0) <= REPLICA_MAX_BYTES:
+        types.append(DATA_PARALLEL)
     return types

@@ -8,6 +8,7 @@ kernels, with the library's byte counts and measured kernel rates.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from torch import nn
@@ -28,11 +29,12 @@ from torchrec.distributed.planner.types import (
 from ssl_rec.distributed.cost_model import KernelRates, TableInfo, shard_bytes, shard_seconds
 from ssl_rec.distributed.exact_shardings import allowed_types
 from ssl_rec.distributed.sharder import MixedPrecisionCollectionSharder
-from ssl_rec.distributed.table_placement import TablePlacement
+from ssl_rec.distributed.table_placement import DATA_PARALLEL, TablePlacement
 
 __all__ = ["PlanningStub", "torchrec_plan"]
 
 _PATH = "tables"
+BANDWIDTH = 12.5e9  # bytes/s per rank, cost_model.Network's default
 
 
 class PlanningStub(nn.Module):
@@ -64,14 +66,41 @@ class _LibraryEstimator(ShardEstimator):
 
     def estimate(self, sharding_options: list[ShardingOption], sharder_data_map=None) -> None:
         for option in sharding_options:
-            table, n = self._tables[option.name], len(option.shards)
-            world_batch = self._batch
+            table, world_batch = self._tables[option.name], self._batch
+            if option.sharding_type == DATA_PARALLEL:
+                _price_replicas(option, table, world_batch, self._rates)
+                continue
+            n = len(option.shards)
             compute = shard_seconds(table, n, world_batch, self._rates)
-            comms = world_batch / n * table.dim * 4 / 12.5e9
+            comms = world_batch / n * table.dim * 4 / BANDWIDTH
             for j, shard in enumerate(option.shards):
                 shard.storage = Storage(hbm=shard_bytes(table, n, j), ddr=0)
                 shard.perf = Perf(fwd_compute=compute / 3, fwd_comms=comms,
                                   bwd_compute=2 * compute / 3, bwd_comms=comms)  # fmt: skip
+
+
+def _price_replicas(
+    option: ShardingOption, table: TableInfo, world_batch: int, rates: KernelRates
+) -> None:
+    """One whole replica per rank, as ``ssl_rec.distributed.replica_grads`` trains them.
+
+    Every replica looks up and updates the global batch (its kernel time is a whole table's,
+    on every rank); no rows travel forward; backward gathers the other ranks' gradients.
+    """
+    world = len(option.shards)
+    compute = shard_seconds(table, 1, world_batch, rates)
+    gather = world_batch * (world - 1) / world * table.dim * 4 / BANDWIDTH
+    for shard in option.shards:
+        shard.storage = Storage(hbm=shard_bytes(table, 1, 0), ddr=0)
+        shard.perf = Perf(fwd_compute=compute / 3, fwd_comms=0.0,
+                          bwd_compute=2 * compute / 3, bwd_comms=gather)  # fmt: skip
+
+
+class _NoReplicaSpecWarning(logging.Filter):
+    """TorchRec warns that a ``data_parallel`` table has no sharding spec: replicas have none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Sharding spec not found for")
 
 
 def _plan_once(tables, world_size, local, rates, batch, capacity) -> dict[str, TablePlacement]:
@@ -92,7 +121,12 @@ def _plan_once(tables, world_size, local, rates, batch, capacity) -> dict[str, T
     )
     root = nn.Module()
     root.add_module(_PATH, PlanningStub(tables))
-    module_plan = planner.plan(root, [_StubSharder()]).get_plan_for_module(_PATH)
+    quiet = _NoReplicaSpecWarning()
+    logging.getLogger().addFilter(quiet)
+    try:
+        module_plan = planner.plan(root, [_StubSharder()]).get_plan_for_module(_PATH)
+    finally:
+        logging.getLogger().removeFilter(quiet)
     return {t.name: TablePlacement(module_plan[t.name].sharding_type,
                                    tuple(module_plan[t.name].ranks)) for t in tables}  # fmt: skip
 

@@ -14,7 +14,7 @@ from torch import nn
 from ssl_rec.hardware.memory import estimate_memory
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable
-from ssl_rec.hardware.table_allocation import declaring
+from ssl_rec.hardware.table_allocation import declaring, reading_declared_state
 from ssl_rec.hardware.table_group import TableGroup
 
 __all__ = ["MixedPrecisionEmbeddingCollection"]
@@ -22,6 +22,11 @@ __all__ = ["MixedPrecisionEmbeddingCollection"]
 
 def _allocate_hook(module: MixedPrecisionEmbeddingCollection, *args: object) -> None:
     module.allocate()
+
+
+def _state_hook(module: MixedPrecisionEmbeddingCollection, *args: object) -> None:
+    if not reading_declared_state():
+        module.allocate()
 
 
 def _expand_specs(specs: Sequence[TableSpec] | TableSpec, n: int) -> list[TableSpec]:
@@ -106,7 +111,7 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         self.declared = declaring()
         self.group = TableGroup(self._tables(meta=self.declared), seed)
         # Whatever allocates tables that were declared must run before a state is read.
-        self.register_state_dict_pre_hook(_allocate_hook)
+        self.register_state_dict_pre_hook(_state_hook)
         self._register_load_state_dict_pre_hook(_allocate_hook, with_module=True)
 
     def _tables(self, meta: bool) -> list[EmbeddingTable]:

@@ -17,9 +17,27 @@ import errno
 import threading
 from collections.abc import Iterator
 
-__all__ = ["TableMemoryError", "allocating", "declare_tables", "declaring"]
+__all__ = [
+    "TableMemoryError",
+    "allocating",
+    "declare_tables",
+    "declared_state",
+    "declaring",
+    "reading_declared_state",
+]
 
 _STATE = threading.local()
+
+
+@contextlib.contextmanager
+def _thread_flag(name: str) -> Iterator[None]:
+    """Set this thread's flag ``name`` inside the block; restore it after (nesting keeps it)."""
+    previous = getattr(_STATE, name, False)
+    setattr(_STATE, name, True)
+    try:
+        yield
+    finally:
+        setattr(_STATE, name, previous)
 
 
 @contextlib.contextmanager
@@ -34,17 +52,40 @@ def declare_tables() -> Iterator[None]:
         True
 
     """
-    previous = getattr(_STATE, "declaring", False)
-    _STATE.declaring = True
-    try:
+    with _thread_flag("declaring"):
         yield
-    finally:
-        _STATE.declaring = previous
 
 
 def declaring() -> bool:
     """Whether tables built now are declared only (inside :func:`declare_tables`)."""
     return bool(getattr(_STATE, "declaring", False))
+
+
+@contextlib.contextmanager
+def declared_state() -> Iterator[None]:
+    """``state_dict()`` inside this block leaves declared tables declared (meta tensors).
+
+    Their entries keep their shapes and dtypes, no values: enough to compare a model's
+    layout with a checkpoint's (``ssl-rec fit --ckpt_path``) before a sharded run allocates
+    only each rank's rows. Loading a state still allocates.
+
+    Example:
+        >>> from ssl_rec.hardware import MixedPrecisionEmbeddingCollection
+        >>> with declare_tables():
+        ...     emb = MixedPrecisionEmbeddingCollection([10**9], 64)
+        >>> with declared_state():
+        ...     state = emb.state_dict()
+        >>> state["group.tables.0.store"].is_meta, emb.declared
+        (True, True)
+
+    """
+    with _thread_flag("reading"):
+        yield
+
+
+def reading_declared_state() -> bool:
+    """Whether ``state_dict()`` now keeps declared tables declared (:func:`declared_state`)."""
+    return bool(getattr(_STATE, "reading", False))
 
 
 class TableMemoryError(MemoryError):

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ssl_rec._checks import check_known_keys
 from ssl_rec.lightning.finite_checks import check_finite_loss
 from ssl_rec.lightning.standalone import StandaloneModule
 from ssl_rec.objectives.base import Objective
@@ -54,12 +55,7 @@ def check_objectives(
         if not name.isidentifier():
             raise ValueError(f"objective name {name!r} must be an identifier (it is a log key)")
     weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(objectives))
-    if unknown:
-        raise ValueError(
-            f"{owner}.{weights_key} name unknown objectives {unknown}; "
-            f"objectives are {sorted(objectives)}"
-        )
+    check_known_keys(owner, weights_key, weights, sorted(objectives), "objectives")
     for name, w in weights.items():
         if not w >= 0:
             raise ValueError(f"{owner}.{weights_key}[{name!r}] must be >= 0, got {w}")

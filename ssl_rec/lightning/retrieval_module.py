@@ -16,6 +16,7 @@ from ssl_rec.evaluation.retrieval_export import export_retrieval
 from ssl_rec.evaluation.retrieval_metrics import tail_items
 from ssl_rec.lightning.finite_checks import check_finite_loss
 from ssl_rec.lightning.module_config import build_objectives, instantiate_config, module_hparams
+from ssl_rec.lightning.ssl_item_sampler import SslItems, SslItemSampler
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.two_tower import TwoTowerModel
 from ssl_rec.objectives.base import Objective
@@ -59,6 +60,13 @@ class RetrievalModule(pl.LightningModule):
         uniform_negatives: catalogue items drawn uniformly per batch as extra negatives.
         item_objectives: name -> objective on the item tower (instances or class_path dicts).
         item_weights: name -> weight of each item objective (default 1).
+        ssl_items: which items the item objectives see: ``batch`` (the training batch's,
+            popularity-skewed), ``uniform`` (drawn uniformly from the catalogue, as in Yao et
+            al. 2021, which reaches the tail) or ``mixed`` (half each); see
+            :class:`~ssl_rec.lightning.ssl_item_sampler.SslItemSampler`. ``uniform`` and
+            ``mixed`` need a catalogue.
+        ssl_batch_size: items per step for the item objectives (0: the training batch's size).
+        ssl_seed: seed of the ``uniform``/``mixed`` draws.
         user_field: the query tower's categorical column that identifies a user (default its
             first one), for seen-item exclusion.
         k: cut-off of the validation metrics.
@@ -76,6 +84,9 @@ class RetrievalModule(pl.LightningModule):
         uniform_negatives: int = 0,
         item_objectives: dict[str, Objective] | None = None,
         item_weights: dict[str, float] | None = None,
+        ssl_items: SslItems = "batch",
+        ssl_batch_size: int = 0,
+        ssl_seed: int = 0,
         user_field: str | None = None,
         k: int = 10,
         learning_rate: float = 1e-3,
@@ -101,13 +112,15 @@ class RetrievalModule(pl.LightningModule):
         self.save_hyperparameters(module_hparams(
             self, towers=towers, schema=schema, loss=loss, log_q=log_q,
             uniform_negatives=uniform_negatives, item_objectives=objectives,
-            item_weights=item_weights, user_field=user_field, k=k,
+            item_weights=item_weights, ssl_items=ssl_items, ssl_batch_size=ssl_batch_size,
+            ssl_seed=ssl_seed, user_field=user_field, k=k,
             learning_rate=learning_rate, weight_decay=weight_decay,
         ))  # fmt: skip
         self.towers = factory(schema)
         self.schema = self.towers.schema
         self.loss = loss
         self.item_objectives = nn.ModuleDict(objectives)
+        self.ssl_sampler = SslItemSampler(ssl_items, ssl_batch_size, ssl_seed)
         for objective in self.item_objectives.values():
             objective.setup(self.towers.item_tower)
         items = self.towers.schema.field(self.towers.item_id_field).cardinality
@@ -253,7 +266,7 @@ class RetrievalModule(pl.LightningModule):
         """Softmax loss plus the weighted item objectives on the batch's items."""
         total = self._softmax(batch, "train")
         if self.item_objectives:
-            items = self.towers.item_batch(batch)
+            items = self.ssl_item_batch(batch)
             losses = {}
             for name, objective in self.item_objectives.items():
                 out = objective(items, self.towers.item_tower)
@@ -268,6 +281,29 @@ class RetrievalModule(pl.LightningModule):
                     check_finite_loss(loss, what, self.global_step)
         self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
+
+    def ssl_item_batch(self, batch: Batch) -> Batch:
+        """The item-tower rows the item objectives see this step (:class:`SslItemSampler`).
+
+        Raises:
+            ValueError: ``ssl_items`` is ``uniform`` or ``mixed`` and there is no catalogue.
+
+        """
+        items = self.towers.item_batch(batch)
+        if self.ssl_sampler.source != "batch" and self.catalogue is None:
+            raise ValueError(
+                f"RetrievalModule.ssl_items={self.ssl_sampler.source!r} draws from the item "
+                "catalogue: give data with catalogue() or call set_catalogue"
+            )
+        n_items = 0 if self.catalogue is None else len(self.catalogue)
+        keep, rows = self.ssl_sampler.catalogue_rows(n_items, items.batch_size)
+        if not len(rows):
+            return items.head(keep)
+        drawn = _rows(self.catalogue.items, rows).to(items.sparse.device)
+        if not keep:
+            return drawn
+        head = items.head(keep)
+        return Batch(torch.cat([head.dense, drawn.dense]), torch.cat([head.sparse, drawn.sparse]))
 
     def on_validation_epoch_start(self) -> None:
         """Encode the catalogue once for the epoch's rankings."""

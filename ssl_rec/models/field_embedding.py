@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from ssl_rec._checks import check_known_keys
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec
 
 
@@ -47,11 +48,7 @@ class FieldEmbedding(nn.Module):
         if embedding_dim <= 0:
             raise ValueError(f"FieldEmbedding.embedding_dim must be positive, got {embedding_dim}")
         overrides = dict(table_overrides or {})
-        unknown = sorted(set(overrides) - set(field_names))
-        if unknown:
-            raise ValueError(
-                f"table_overrides names unknown fields {unknown}; fields are {list(field_names)}"
-            )
+        check_known_keys("FieldEmbedding", "table_overrides", overrides, field_names, "fields")
         default = tables or TableSpec()
         self.field_names = list(field_names)
         self.specs = [overrides.get(name, default) for name in self.field_names]

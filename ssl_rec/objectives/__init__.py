@@ -6,6 +6,7 @@ the registry.
 
 from ssl_rec.objectives.adversarial_feature_replacement import AdversarialFeatureReplacement
 from ssl_rec.objectives.base import Objective
+from ssl_rec.objectives.complementary_info_nce import ComplementaryInfoNCE
 from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
 from ssl_rec.objectives.field_regularizers import (
     FeatureAlignment,
@@ -23,6 +24,7 @@ from ssl_rec.objectives.sampled_softmax import SampledSoftmax, mixed_log_q
 
 __all__ = [
     "AdversarialFeatureReplacement",
+    "ComplementaryInfoNCE",
     "FeatureAlignment",
     "FieldUniformity",
     "InfoNCE",

@@ -9,6 +9,13 @@ pairwise UINT8 x INT8 products fit int16 on CPUs without VNNI, as torch's x86 de
 
 Because the activation scale comes from the whole batch, a row's output depends slightly on
 the other rows in its batch (within the quantization error).
+
+A call of at most :data:`SMALL_PRODUCT` multiply-adds (rows x ``K`` x ``N``: a few rows, as
+when serving one request) multiplies in FP32 by the dequantized weights instead
+(:meth:`FbgemmInt8Linear.dequantized_weight`, kept once computed; the input is not
+quantized): FBGEMM's fixed cost per call, quantizing and packing the input, is larger than
+that product. Such a call's output is the INT8 weights' exact FP32 product, so it differs
+from what a larger batch gives the same row by the activations' quantization error.
 """
 
 from __future__ import annotations
@@ -19,9 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["FbgemmInt8Linear"]
+__all__ = ["SMALL_PRODUCT", "FbgemmInt8Linear"]
 
 _QMAX = 127
+# Multiply-adds per call up to which the FP32 product beats FBGEMM's dynamic kernel, whose
+# input quantization costs ~15 us a call (one thread, AVX-512 Xeon: 415 x 512 at 4 rows 41 us
+# FP32 vs 44 us INT8, at 8 rows 60 vs 50; 512 x 256 at 8 rows 24 vs 28).
+SMALL_PRODUCT = 1 << 20
 # torch flags quantized tensor creation as deprecated; the packed weight FBGEMM's kernel
 # needs is built from one, and the user can do nothing about the message.
 _DEPRECATION = "torch.quantize_per_tensor, torch.quantize_per_channel"
@@ -56,6 +67,7 @@ class FbgemmInt8Linear(nn.Module):
         self.register_buffer("scale", torch.ones(out_features))
         self.register_buffer("bias", torch.zeros(out_features) if bias else None)
         self._packed: Any = None
+        self._float_weight: torch.Tensor | None = None  # dequantized, for small calls
 
     @classmethod
     def from_float(cls, linear: nn.Linear, relu: bool = False) -> FbgemmInt8Linear:
@@ -71,11 +83,17 @@ class FbgemmInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``float32[..., N]`` outputs (the input is cast to float32)."""
+        x = x.float()
+        if x.numel() * self.out_features <= SMALL_PRODUCT:  # rows x K x N multiply-adds
+            if self._float_weight is None:
+                self._float_weight = self.dequantized_weight()
+            out = nn.functional.linear(x, self._float_weight, self.bias)
+            return out.relu_() if self.relu else out
         if self._packed is None:
             self._packed = self._pack()
         if self.relu:
-            return torch.ops.quantized.linear_relu_dynamic(x.float(), self._packed, True)
-        return torch.ops.quantized.linear_dynamic(x.float(), self._packed, True)
+            return torch.ops.quantized.linear_relu_dynamic(x, self._packed, True)
+        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
 
     def dequantized_weight(self) -> torch.Tensor:
         """``float32[N, K]``: the weights the kernel multiplies by."""
@@ -92,11 +110,11 @@ class FbgemmInt8Linear(nn.Module):
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(*args, **kwargs)
-        self._packed = None  # packed from the new weights on the next call
+        self._packed = self._float_weight = None  # made from the new weights when next needed
 
     def __getstate__(self) -> dict[str, Any]:
         # Copies repack lazily rather than copy FBGEMM's packed object.
-        return {**self.__dict__, "_packed": None}
+        return {**self.__dict__, "_packed": None, "_float_weight": None}
 
     def extra_repr(self) -> str:
         """Widths, shown by ``print(model)``."""

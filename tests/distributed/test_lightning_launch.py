@@ -8,10 +8,8 @@ sharded checkpoints, with the same per-step losses.
 from __future__ import annotations
 
 import csv
-import os
-import signal
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,27 +19,14 @@ pytest.importorskip("torchrec", reason="scale-out needs the optional dist instal
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "dist" / "synthetic_int8_row_wise.yaml"
 BATCH = 256  # per rank
-LAUNCHER_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
-                "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK")  # fmt: skip
 
 
-def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """Run ``command`` in its own session; on timeout end the whole session (its children too)."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), WANDB_MODE="offline")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{command[:4]} did not finish in {timeout} s:\n{out[-4000:]}")
-    return subprocess.CompletedProcess(command, proc.returncode, out)
+def fit(run: Callable, out: Path, launcher: str, steps: int, cache: Path,
+        timeout: float = 240) -> dict:  # fmt: skip
+    """Fit the shipped row-wise config for ``steps`` steps on 2 processes; losses and outputs.
 
-
-def fit(out: Path, launcher: str, steps: int, cache: Path, timeout: float = 240) -> dict:
-    """Fit the shipped row-wise config for ``steps`` steps on 2 processes; losses and outputs."""
+    ``run`` is the ``run_launched`` fixture (tests/distributed/conftest.py).
+    """
     args = ["fit", "--config", str(CONFIG), "--trainer.devices", "2",
             "--trainer.max_steps", str(steps), "--trainer.max_epochs", "1",
             "--trainer.val_check_interval", str(steps), "--trainer.log_every_n_steps", "1",
@@ -56,7 +41,7 @@ def fit(out: Path, launcher: str, steps: int, cache: Path, timeout: float = 240)
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", "2", "-m", "ssl_rec.cli.main", *args]  # fmt: skip
-    done = _run(command, timeout)
+    done = run(command, timeout)
     assert done.returncode == 0, f"{launcher} launch failed:\n{done.stdout[-6000:]}"
     [metrics] = out.glob("lightning_logs/version_*/metrics.csv")
     rows = list(csv.DictReader(metrics.open()))
@@ -73,17 +58,17 @@ def _check_sharded_checkpoint(directory: Path) -> None:
         assert {"__0_0.distcp", "__1_0.distcp", "ssl_rec_checkpoint.json"} <= files, files
 
 
-def test_lightning_launcher_trains_validates_and_checkpoints(tmp_path: Path) -> None:
-    run = fit(tmp_path / "lightning", "lightning", 6, tmp_path / "cache")
+def test_lightning_launcher_trains_validates_and_checkpoints(tmp_path: Path, run_launched) -> None:
+    run = fit(run_launched, tmp_path / "lightning", "lightning", 6, tmp_path / "cache")
     assert len(run["losses"]) == 6
     assert len(run["aucs"]) == 1 and 0.5 < run["aucs"][0] <= 1.0
     _check_sharded_checkpoint(run["checkpoints"])
 
 
 @pytest.mark.slow
-def test_lightning_launcher_matches_torchrun_over_50_steps(tmp_path: Path) -> None:
-    lightning = fit(tmp_path / "lightning", "lightning", 50, tmp_path / "cache")
-    torchrun = fit(tmp_path / "torchrun", "torchrun", 50, tmp_path / "cache")
+def test_lightning_launcher_matches_torchrun_over_50_steps(tmp_path: Path, run_launched) -> None:
+    lightning = fit(run_launched, tmp_path / "lightning", "lightning", 50, tmp_path / "cache")
+    torchrun = fit(run_launched, tmp_path / "torchrun", "torchrun", 50, tmp_path / "cache")
     assert len(lightning["losses"]) == len(torchrun["losses"]) == 50
     gap = max(abs(a - b) for a, b in zip(lightning["losses"], torchrun["losses"], strict=True))
     assert gap <= 1e-5, f"loss gap {gap}"

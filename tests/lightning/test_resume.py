@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from ssl_rec.data import SyntheticConfig, SyntheticCTRDataModule
 from ssl_rec.hardware import TableSpec
-from ssl_rec.lightning import CTRModule
-from ssl_rec.models import Backbone, DLRMEncoder
 
 
 class StepRecorder(pl.Callback):
@@ -26,41 +21,26 @@ class StepRecorder(pl.Callback):
         self.steps.append((trainer.global_step, loss, batch.row_id[:8].tolist()))
 
 
-def _setup(tmp_path) -> tuple[SyntheticCTRDataModule, CTRModule]:
-    pl.seed_everything(0)
-    data = SyntheticCTRDataModule(
-        n_train=1200, n_val=400, n_test=64, batch_size=128, cache_dir=str(tmp_path / "cache"),
-        synthetic=SyntheticConfig(cardinality_scale=0.0002),
-    )  # fmt: skip
-    encoder = partial(DLRMEncoder, bottom=(16,), top=(32,))
-    tables = TableSpec("int8", cache_fraction=0.2)
-    factory = partial(Backbone, embedding_dim=8, tables=tables, encoder=encoder)
-    return data, CTRModule(factory, data.schema.to_dict())
-
-
-def _fit(tmp_path, callbacks, ckpt_path=None, **limits) -> pl.Trainer:
-    data, module = _setup(tmp_path)
-    trainer = pl.Trainer(
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, callbacks=callbacks, default_root_dir=tmp_path, **limits,
-    )  # fmt: skip
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    return trainer
-
-
 STOPS = {"mid_epoch": ({"max_steps": 5}, {"every_n_train_steps": 5}),
          "epoch_end": ({"max_epochs": 1}, {"every_n_epochs": 1})}  # fmt: skip
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
-def test_resumed_fit_repeats_the_uninterrupted_one(tmp_path, stop) -> None:
+def test_resumed_fit_repeats_the_uninterrupted_one(tmp_path, stop, fit_synthetic_ctr) -> None:
     limits, every = STOPS[stop]
+    tables = TableSpec("int8", cache_fraction=0.2)
+
+    def _fit(callbacks, ckpt_path=None, **trainer_args) -> pl.Trainer:
+        trainer, _ = fit_synthetic_ctr(tmp_path, callbacks, n_train=1200, n_val=400, tables=tables,
+                                       hidden=16, ckpt_path=ckpt_path, **trainer_args)  # fmt: skip
+        return trainer
+
     full = StepRecorder()
-    uninterrupted = _fit(tmp_path, [full], max_epochs=3, enable_checkpointing=False)
+    uninterrupted = _fit([full], max_epochs=3, enable_checkpointing=False)
     first, second = StepRecorder(), StepRecorder()
     saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, **every)
-    _fit(tmp_path, [first, saver], **limits)  # interrupted: its last checkpoint is kept
-    resumed = _fit(tmp_path, [second], tmp_path / "ckpt" / "last.ckpt", max_epochs=3,
+    _fit([first, saver], **limits)  # interrupted: its last checkpoint is kept
+    resumed = _fit([second], tmp_path / "ckpt" / "last.ckpt", max_epochs=3,
                    enable_checkpointing=False)  # fmt: skip
     steps = first.steps + second.steps
     assert [s[0] for s in steps] == [s[0] for s in full.steps]

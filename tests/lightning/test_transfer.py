@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -10,8 +11,6 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from ssl_rec.cli import main
-from ssl_rec.data import SyntheticConfig, SyntheticCTRDataModule
 from ssl_rec.hardware import TableSpec
 from ssl_rec.lightning import CTRModule
 from ssl_rec.lightning.resumable_early_stopping import ResumableEarlyStopping
@@ -146,27 +145,23 @@ def rows_of(backbone: Backbone) -> torch.Tensor:
     return torch.stack([backbone.entity_vectors(n, torch.arange(1, 4)) for n in names])
 
 
-def lp_ft_fit(tmp_path: Path, callbacks: list, max_epochs: int, ckpt_path: str | None = None,
-              **kwargs) -> CTRModule:  # fmt: skip
-    pl.seed_everything(0)
-    data = SyntheticCTRDataModule(
-        n_train=512, n_val=128, n_test=64, batch_size=128, cache_dir=str(tmp_path / "cache"),
-        synthetic=SyntheticConfig(cardinality_scale=0.0002),
-    )  # fmt: skip
-    encoder = partial(DLRMEncoder, bottom=(8,), top=(16,))
-    backbone = partial(Backbone, embedding_dim=8, tables=TableSpec("fp32"), encoder=encoder)
-    module = CTRModule(backbone, data.schema.to_dict(), **kwargs)
-    trainer = pl.Trainer(
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, default_root_dir=tmp_path, callbacks=callbacks,
-        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
-        max_epochs=max_epochs,
-    )  # fmt: skip
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    return module
+@pytest.fixture
+def lp_ft_fit(tmp_path: Path, fit_synthetic_ctr) -> Callable[..., CTRModule]:
+    """``lp_ft_fit(callbacks, max_epochs, ckpt_path=None, **module_args)``: the fitted module."""
+
+    def fit(callbacks: list, max_epochs: int, ckpt_path: str | None = None,
+            **module_args) -> CTRModule:  # fmt: skip
+        _, module = fit_synthetic_ctr(
+            tmp_path, callbacks, n_train=512, n_val=128, tables=TableSpec("fp32"), hidden=8,
+            ckpt_path=ckpt_path, module_args=module_args, max_epochs=max_epochs,
+            enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        )  # fmt: skip
+        return module
+
+    return fit
 
 
-def test_lp_ft_trains_the_head_alone_then_everything(tmp_path) -> None:
+def test_lp_ft_trains_the_head_alone_then_everything(lp_ft_fit) -> None:
     torch.manual_seed(0)
     recorder, start = PhaseRecorder(), {}
 
@@ -174,7 +169,7 @@ def test_lp_ft_trains_the_head_alone_then_everything(tmp_path) -> None:
         def on_train_start(self, trainer, pl_module) -> None:
             start.update(snapshot(pl_module))
 
-    lp_ft_fit(tmp_path, [Start(), recorder], 2, freeze_backbone_epochs=1)
+    lp_ft_fit([Start(), recorder], 2, freeze_backbone_epochs=1)
     frozen, unfrozen = recorder.epochs
     assert torch.equal(frozen["encoder"], start["encoder"])
     assert torch.equal(frozen["tables"], start["tables"])
@@ -183,14 +178,14 @@ def test_lp_ft_trains_the_head_alone_then_everything(tmp_path) -> None:
     assert not torch.equal(unfrozen["tables"], frozen["tables"])
 
 
-def test_a_run_resumed_in_its_frozen_phase_stays_frozen(tmp_path) -> None:
+def test_a_run_resumed_in_its_frozen_phase_stays_frozen(tmp_path, lp_ft_fit) -> None:
     saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_epochs=1)
-    first = lp_ft_fit(tmp_path, [saver], 1, freeze_backbone_epochs=2)
+    first = lp_ft_fit([saver], 1, freeze_backbone_epochs=2)
     after_one = snapshot(first)
     recorder = PhaseRecorder()
     # another encoder_lr_scale splits the optimizer's groups: the saved state is regrouped
     resumed = lp_ft_fit(
-        tmp_path, [recorder], 2, str(tmp_path / "ckpt" / "last.ckpt"),
+        [recorder], 2, str(tmp_path / "ckpt" / "last.ckpt"),
         freeze_backbone_epochs=2, encoder_lr_scale=0.5,
     )  # fmt: skip
     (second,) = recorder.epochs
@@ -201,11 +196,11 @@ def test_a_run_resumed_in_its_frozen_phase_stays_frozen(tmp_path) -> None:
     assert [g["lr"] for g in groups] == pytest.approx([5e-4, 1e-3])
 
 
-def test_early_stopping_waits_for_the_end_of_the_frozen_phase(tmp_path) -> None:
+def test_early_stopping_waits_for_the_end_of_the_frozen_phase(lp_ft_fit) -> None:
     # min_delta 1: no validation ever improves, so the patience of 1 runs out at the
     # second validation that counts
     stopper = ResumableEarlyStopping(monitor="val/auc", mode="max", patience=1, min_delta=1.0)
-    module = lp_ft_fit(tmp_path, [stopper], 8, freeze_backbone_epochs=3)
+    module = lp_ft_fit([stopper], 8, freeze_backbone_epochs=3)
     assert module.trainer.current_epoch == 5  # epochs 0-2 frozen, 3 sets the best, 4 stops
     assert stopper.stopped_early
 
@@ -227,15 +222,8 @@ def _fit_args(csv: Path, tmp_path: Path) -> list[str]:
     ],
     ids=["negative scale", "freeze with linear probe"],
 )  # fmt: skip
-def test_cli_bad_transfer_settings_exit_2_in_one_line(tmp_path, write_clicks, capsys, extra,
+def test_cli_bad_transfer_settings_exit_2_in_one_line(tmp_path, write_clicks, cli_refuses, extra,
                                                       expected) -> None:  # fmt: skip
     csv = tmp_path / "clicks.csv"
     write_clicks(csv, n=300)
-    with pytest.raises(SystemExit) as exit_info:
-        main([*_fit_args(csv, tmp_path), *extra])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    message = [line for line in err.splitlines() if "ssl-rec: error:" in line]
-    assert len(message) == 1 and "Traceback" not in err, err
-    for part in expected:
-        assert part in message[0], (part, message[0])
+    cli_refuses([*_fit_args(csv, tmp_path), *extra], *expected)

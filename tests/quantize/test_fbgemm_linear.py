@@ -35,7 +35,7 @@ def test_fbgemm_layer_computes_the_int8_product(bias):
     layer = FbgemmInt8Linear.from_float(linear)
     assert layer.weight.dtype == torch.int8
     assert int(layer.weight.abs().amax(dim=1).min()) == 127  # every row uses its full range
-    x = torch.randn(256, 48).relu()
+    x = torch.randn(2048, 48).relu()  # above SMALL_PRODUCT: FBGEMM's integer product
     expected = nn.functional.linear(x, layer.dequantized_weight(), linear.bias)
     out = layer(x)
     # only the activations' per-batch 7-bit quantization separates the two

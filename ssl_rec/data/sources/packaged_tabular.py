@@ -91,16 +91,7 @@ class PackagedTabularDataModule(ArrowDataModule):
         eval_batch_size: int | None = None,
         unlabeled_per_batch: float = 0.0,
     ) -> None:
-        super().__init__(
-            batch_size,
-            label_fraction,
-            use_labels,
-            seed,
-            cache_dir,
-            False,
-            eval_batch_size,
-            unlabeled_per_batch,
-        )
+        super().__init__(**self._base_arguments(locals()))
         self._record_hparams(locals())
         path = self.prepared_splits(split_seed, cache_dir)
         options = PreprocessOptions(min_frequency=1)

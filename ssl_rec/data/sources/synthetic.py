@@ -238,16 +238,7 @@ class SyntheticCTRDataModule(ArrowDataModule):
         eval_batch_size: int | None = None,
         unlabeled_per_batch: float = 0.0,
     ) -> None:
-        super().__init__(
-            batch_size,
-            label_fraction,
-            use_labels,
-            seed,
-            cache_dir,
-            drop_last,
-            eval_batch_size,
-            unlabeled_per_batch,
-        )
+        super().__init__(**self._base_arguments(locals()))
         self._record_hparams(locals())
         for key, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
             if not 0 <= value <= 10**10 or (key == "n_train" and value < 1):

@@ -299,15 +299,12 @@ class TabularDataModule(ArrowDataModule):
         unlabeled_per_batch: float = 0.0,
         unlabeled_path: str | None = None,
     ) -> None:
+        # With an unlabeled file the mix is checked below, against the file. No local
+        # variable before _record_hparams(locals()): it would be recorded as an argument.
         super().__init__(
-            batch_size,
-            label_fraction,
-            use_labels,
-            seed,
-            cache_dir,
-            False,
-            eval_batch_size,
-            0.0 if unlabeled_path else unlabeled_per_batch,
+            **self._base_arguments(
+                locals(), unlabeled_per_batch=0.0 if unlabeled_path else unlabeled_per_batch
+            )
         )
         self._record_hparams(locals())
         self.unlabeled_path = None if unlabeled_path is None else str(unlabeled_path)

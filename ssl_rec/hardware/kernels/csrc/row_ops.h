@@ -108,6 +108,52 @@ inline __m128i level_bytes16(int bits, const uint8_t* row, int64_t d) {
 }
 #endif
 
+// Columns [0, n) of an INT8 (bits 8) or INT4 row as value = q * scale + bias, two roundings
+// (the reference's order), with the variant's vectors; n is the largest multiple of the
+// vector width <= dim (0 in the portable variant). `Stream`: written with non-temporal stores,
+// `out` then vector-aligned (see stream_row). Returns n.
+template <bool Stream>
+inline int64_t dequant_int_vectors(int bits, const uint8_t* row, int64_t dim, float scale,
+                                   float bias, float* out) {
+  int64_t d = 0;
+#if SSL_LEVEL == 2
+  const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);
+  for (; d + 16 <= dim; d += 16) {
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(level_bytes16(bits, row, d)));
+    const __m512 v = _mm512_add_ps(_mm512_mul_ps(q, vs), vb);
+    if (Stream) {
+      _mm512_stream_ps(out + d, v);
+    } else {
+      _mm512_storeu_ps(out + d, v);
+    }
+  }
+#elif SSL_LEVEL == 1
+  const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(bias);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (; d + 8 <= dim; d += 8) {
+    __m128i bytes;
+    if (bits == 8) {
+      bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d));
+    } else {
+      int32_t four;
+      std::memcpy(&four, row + d / 2, 4);
+      const __m128i v = _mm_cvtsi32_si128(four);
+      bytes = _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
+    }
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(q, vs), vb);
+    if (Stream) {
+      _mm256_stream_ps(out + d, v);
+    } else {
+      _mm256_storeu_ps(out + d, v);
+    }
+  }
+#else
+  (void)bits, (void)row, (void)dim, (void)scale, (void)bias, (void)out;
+#endif
+  return d;
+}
+
 // value = q * scale + bias, two roundings (the reference's order).
 inline void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {
   if (kind == kFp32) {
@@ -121,31 +167,7 @@ inline void dequant_row(int kind, const uint8_t* row, int64_t dim, float* out) {
   const int bits = kind == kInt8 ? 8 : 4;
   float scale, bias;
   read_qparams(bits, row, data_bytes(bits, dim), scale, bias);
-  int64_t d = 0;
-#if SSL_LEVEL == 2
-  const __m512 vs = _mm512_set1_ps(scale), vb = _mm512_set1_ps(bias);
-  for (; d + 16 <= dim; d += 16) {
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(level_bytes16(bits, row, d)));
-    _mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_mul_ps(q, vs), vb));
-  }
-#elif SSL_LEVEL == 1
-  const __m256 vs = _mm256_set1_ps(scale), vb = _mm256_set1_ps(bias);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  for (; d + 8 <= dim; d += 8) {
-    __m128i bytes;
-    if (kind == kInt8) {
-      bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d));
-    } else {
-      int32_t four;
-      std::memcpy(&four, row + d / 2, 4);
-      const __m128i v = _mm_cvtsi32_si128(four);
-      bytes = _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4));
-    }
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-    _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_mul_ps(q, vs), vb));
-  }
-#endif
-  for (; d < dim; ++d) {
+  for (int64_t d = dequant_int_vectors<false>(bits, row, dim, scale, bias, out); d < dim; ++d) {
     const int q = kind == kInt8 ? row[d] : (row[d / 2] >> ((d % 2) * 4)) & 15;
     out[d] = static_cast<float>(q) * scale + bias;
   }
@@ -503,4 +525,29 @@ inline void stream_fence() {
 #if SSL_LEVEL >= 1
   _mm_sfence();
 #endif
+}
+
+// dequant_row into an output nobody reads back in this kernel (see stream_row): FP32 rows
+// copied, INT8 / INT4 rows of whole vectors at a vector-aligned `out` dequantized from
+// registers straight to memory (no staging row), other rows through `tmp` (float[dim]). The
+// same values as dequant_row. Call stream_fence() before the output is used.
+inline void dequant_stream_row(int kind, const uint8_t* row, int64_t dim, float* __restrict out,
+                               float* __restrict tmp) {
+  if (kind == kFp32) {
+    stream_row(out, reinterpret_cast<const float*>(row), dim);
+    return;
+  }
+#if SSL_LEVEL >= 1
+  constexpr int64_t kWidth = SSL_LEVEL == 2 ? 16 : 8;
+  if ((kind == kInt8 || kind == kInt4) && dim % kWidth == 0 &&
+      (reinterpret_cast<uintptr_t>(out) & (4 * kWidth - 1)) == 0) {
+    const int bits = kind == kInt8 ? 8 : 4;
+    float scale, bias;
+    read_qparams(bits, row, data_bytes(bits, dim), scale, bias);
+    dequant_int_vectors<true>(bits, row, dim, scale, bias, out);
+    return;
+  }
+#endif
+  dequant_row(kind, row, dim, tmp);
+  stream_row(out, tmp, dim);
 }

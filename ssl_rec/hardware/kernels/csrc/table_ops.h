@@ -51,8 +51,9 @@ inline void sources(const TableView& t, const int64_t* rows, const int32_t* slot
 
 // out[b, f] for the samples of a chunk split by where their rows live: cached[0, nc) copied
 // from FP32 rows cache_row(b), stored[0, ns) read from store rows store_row(b) of format
-// `kind` (rbytes each), dequantized on the way; rows requested kRowAhead samples ahead and
-// written with non-temporal stores (call stream_fence() before the output is used).
+// `kind` (rbytes each), dequantized straight into the output; rows requested kRowAhead
+// samples ahead and written with non-temporal stores (call stream_fence() before the output
+// is used).
 constexpr int64_t kRowAhead = 16;
 template <class CacheRow, class StoreRow>
 inline void write_rows(const int32_t* cached, int64_t nc, const int32_t* stored, int64_t ns,
@@ -67,13 +68,7 @@ inline void write_rows(const int32_t* cached, int64_t nc, const int32_t* stored,
   for (int64_t i = 0; i < ns; ++i) {
     if (i + kRowAhead < ns) prefetch_bytes(store_row(stored[i + kRowAhead]), rbytes);
     const int64_t b = stored[i];
-    float* o = out + (b * F + f) * dim;
-    if (kind == kFp32) {
-      stream_row(o, reinterpret_cast<const float*>(store_row(b)), dim);
-    } else {
-      dequant_row(kind, store_row(b), dim, row);
-      stream_row(o, row, dim);
-    }
+    dequant_stream_row(kind, store_row(b), dim, out + (b * F + f) * dim, row);
   }
 }
 
@@ -109,29 +104,39 @@ inline void gather(const TableView* ts, const uint8_t* const* const* src, const 
 }
 
 // Eval lookup of samples [b0, b1): cached value, else the dequantized store row. Table by
-// table, split by where each row lives and written with non-temporal stores, as the gather;
-// a chunk's cache tags are requested ahead of their search, its rows ahead of their copy.
+// table, split by where each row lives and written with non-temporal stores, as the gather.
+// A chunk's ids are first read into a local list (the ids of one table are F apart), then
+// every cache set the chunk probes is requested before the first search, so the tag reads
+// overlap; an uncached table (FP32) skips the probe.
 inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
                    float* out) {
   constexpr int64_t kChunk = 256;
   const int64_t dim = F ? ts[0].dim : 0;
   int32_t cached[kChunk], stored[kChunk], slot[kChunk];
+  int64_t rows[kChunk], set[kChunk];
   for (int64_t f = 0; f < F; ++f) {
-    const TableView& t = ts[f];
-    const auto row_of = [&](int64_t b) { return ids[b * F + f]; };
+    const TableView t = ts[f];  // a local copy: the output's stores may alias its floats
     for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
-      const int64_t c1 = std::min(b1, c0 + kChunk);
+      const int64_t n = std::min(b1 - c0, kChunk);
+      for (int64_t i = 0; i < n; ++i) rows[i] = ids[(c0 + i) * F + f];
       int64_t nc = 0, ns = 0;
-      for (int64_t b = c0; b < c1; ++b) {
-        if (t.sets && b + kRowAhead < c1)
-          __builtin_prefetch(t.tags + t.set_of(row_of(b + kRowAhead)) * kWays);
-        const int64_t s = t.find(row_of(b));
-        slot[b - c0] = static_cast<int32_t>(s);
-        append_either(s >= 0, static_cast<int32_t>(b), cached, nc, stored, ns);
+      if (t.sets == 0) {
+        for (int64_t i = 0; i < n; ++i) stored[i] = static_cast<int32_t>(c0 + i);
+        ns = n;
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          set[i] = t.set_of(rows[i]);
+          __builtin_prefetch(t.tags + set[i] * kWays);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t s = t.find_in(set[i], rows[i]);
+          slot[i] = static_cast<int32_t>(s);
+          append_either(s >= 0, static_cast<int32_t>(c0 + i), cached, nc, stored, ns);
+        }
       }
       write_rows(cached, nc, stored, ns, t.kind, t.rbytes, dim, F, f, out,
                  [&](int64_t b) { return static_cast<const float*>(t.cache_row(slot[b - c0])); },
-                 [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(row_of(b))); });
+                 [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(rows[b - c0])); });
     }
   }
   stream_fence();
