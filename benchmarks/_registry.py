@@ -134,7 +134,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "end_to_end",
         "end_to_end",
-        cost="19 min at a load average of 10-12 (not timed on a quiet machine); 4 GB of memory",
+        cost="6 min at a load average of 2-7, 19 min at 10-12; 4 GB of memory",
         requires=("torchrec",),
     ),
     Benchmark("inference_synthetic", "inference", ("--config", "configs/ctr/synthetic.yaml")),

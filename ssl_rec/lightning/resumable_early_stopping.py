@@ -39,6 +39,11 @@ class ResumableEarlyStopping(EarlyStopping):
     """
 
     def __init__(self, **kwargs: Any) -> None:
+        # Checked when a validation ends, never at a training epoch's end: a fit cut short
+        # by max_steps, or run without validation, has no val metric there, and Lightning's
+        # strict check would end it with a traceback instead of a finished run.
+        # (jsonargparse passes EarlyStopping's default None explicitly, hence `or`)
+        kwargs["check_on_train_epoch_end"] = kwargs.get("check_on_train_epoch_end") or False
         super().__init__(**kwargs)
         self._configured_patience = self.patience
 

@@ -38,9 +38,10 @@ class RetrievalModule(pl.LightningModule):
     ``uniform_negatives`` items drawn from the catalogue when one is set), corrected by the
     log of each item's sampling rate (streamed from the batches, or from training counts
     given to :meth:`use_item_counts`). Item objectives are ordinary
-    :mod:`ssl_rec.objectives` applied to the item tower, which is a ``Backbone``: e.g.
-    ``InfoNCE`` with its correlated-feature-masking views, as in Yao et al., "Self-supervised
-    Learning for Large-scale Item Recommendations", CIKM 2021.
+    :mod:`ssl_rec.objectives` applied to the item tower, which is a ``Backbone``, on the items
+    ``ssl_items`` picks: e.g. ``ComplementaryInfoNCE`` on items drawn uniformly from the
+    catalogue, as in Yao et al., "Self-supervised Learning for Large-scale Item
+    Recommendations", CIKM 2021.
 
     A data module that offers ``catalogue()`` (full-schema rows, one per item),
     ``history()`` and ``train_positives()`` (``int64[P, 2]`` user and item ids) gives the

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from ssl_rec.models.numeric_encoding import DenseStandardizer
 from ssl_rec.quantize import (
     ModelBuilder,
     QuantizationPlan,
@@ -88,8 +89,15 @@ def test_quantize_ctr_with_fbgemm_layers_is_smaller_and_within_budget(source, ro
     assert chosen == {"int8_fbgemm"}
     assert abs(report["calibration_set"]["ne_quantized"] - report["ne_fp32"]) <= 1e-2
     linears = [m for m in source.dense.modules() if isinstance(m, nn.Linear)]
-    # 1 byte per weight, a float32 scale and bias per output
+    # 1 byte per weight, a float32 scale and bias per output; plus the dense columns'
+    # training mean and std (float32 buffers of the standardizer), kept as they are
     expected = sum(m.out_features * (m.in_features + 8) for m in linears)
+    expected += sum(
+        b.numel() * b.element_size()
+        for m in source.dense.modules()
+        if isinstance(m, DenseStandardizer)
+        for b in m.buffers()
+    )
     assert report["bytes"]["quantized"]["dense"] == expected
 
 

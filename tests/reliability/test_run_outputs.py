@@ -27,8 +27,9 @@ from ssl_rec.cli.run_outputs import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SSL_REC = Path(sys.executable).with_name("ssl-rec")
+# One batch per epoch, so a fit of --trainer.max_steps=2 validates twice and writes best.ckpt.
 COLUMNS = ["--data.label", "clicked", "--data.dense", "[price]",
-           "--data.categorical", "[user,item]"]  # fmt: skip
+           "--data.categorical", "[user,item]", "--data.batch_size=4096"]  # fmt: skip
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 NO_WANDB = ["--trainer.logger=false"]
 
