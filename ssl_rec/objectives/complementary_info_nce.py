@@ -8,9 +8,8 @@ import torch
 from torch import nn
 
 from ssl_rec._checks import check_at_least, check_positive
-from ssl_rec.metrics import alignment, uniformity
 from ssl_rec.objectives.base import Objective
-from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
+from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent_output
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import CorrelatedFieldMask, View
 
@@ -79,10 +78,4 @@ class ComplementaryInfoNCE(Objective):
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """NT-Xent of the two complementary views; logs alignment and uniformity."""
         z1, z2 = self.views(batch.head(self.max_rows), backbone)
-        loss = nt_xent(z1, z2, self.temperature)
-        logs = {
-            "loss": loss.detach(),
-            "alignment": alignment(z1, z2).detach(),
-            "uniformity": uniformity(z1.detach(), max_rows=1024),
-        }
-        return ObjectiveOutput(loss, logs)
+        return nt_xent_output(z1, z2, self.temperature)

@@ -6,6 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssl_rec.metrics import alignment, uniformity
+from ssl_rec.types import ObjectiveOutput
+
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """Normalized-temperature cross-entropy over ``2B`` views (SimCLR).
@@ -29,6 +32,17 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
     target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(sim, target)
+
+
+def nt_xent_output(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> ObjectiveOutput:
+    """:func:`nt_xent` of ``z1, z2`` (``float32[B, P]`` each), logging alignment and uniformity."""
+    loss = nt_xent(z1, z2, temperature)
+    logs = {
+        "loss": loss.detach(),
+        "alignment": alignment(z1, z2).detach(),
+        "uniformity": uniformity(z1.detach(), max_rows=1024),
+    }
+    return ObjectiveOutput(loss, logs)
 
 
 class ProjectionHead(nn.Sequential):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from ssl_rec._checks import check_at_least, check_positive
-from ssl_rec.metrics import alignment, uniformity
 from ssl_rec.objectives.base import Objective
-from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent
+from ssl_rec.objectives.contrastive import ProjectionHead, nt_xent_output
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import CorrelatedFieldMask, View
 
@@ -56,10 +55,4 @@ class InfoNCE(Objective):
         batch = batch.head(self.max_rows)
         z1 = self.projection(self.view(batch, backbone).rep.pooled)
         z2 = self.projection(self.view(batch, backbone).rep.pooled)
-        loss = nt_xent(z1, z2, self.temperature)
-        logs = {
-            "loss": loss.detach(),
-            "alignment": alignment(z1, z2).detach(),
-            "uniformity": uniformity(z1.detach(), max_rows=1024),
-        }
-        return ObjectiveOutput(loss, logs)
+        return nt_xent_output(z1, z2, self.temperature)
