@@ -51,11 +51,13 @@ def reexec_with_memory_env(all_huge_pages: bool) -> None:
     os.execve(sys.executable, [sys.executable, *sys.argv], {**base, **env})
 
 
-def timed_rounds(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Seconds per call: a warm-up cycle per kernel, then ``rounds`` rotated rounds."""
+def timed_rounds(
+    fns: dict[str, Callable[[], object]], rounds: int, warmup: int = NUM_BATCHES + 1
+) -> dict[str, list[float]]:
+    """Seconds per call: ``warmup`` calls per kernel, then ``rounds`` rotated rounds."""
     names = list(fns)
     for name in names:
-        for _ in range(NUM_BATCHES + 1):
+        for _ in range(warmup):
             fns[name]()
     times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(rounds):

@@ -131,31 +131,40 @@ def _logistic(data: Arrays, c: float) -> Run:
     return val, lambda: binary_auc(model.predict_proba(features("test"))[:, 1], data["test"][2])
 
 
-def _lightgbm(data: Arrays, num_leaves: int, learning_rate: float, seed: int) -> Run:
+def _lightgbm_frames(data: Arrays) -> dict:
+    """``split -> DataFrame`` of LightGBM's inputs: ids as categoricals, dense as numbers.
+
+    Categories from the training rows; an id first seen later is unknown (NaN) to the trees.
+    """
+    import pandas as pd
+
+    train_ids = data["train"][1]
+    categories = [np.unique(train_ids[:, i]) for i in range(train_ids.shape[1])]
+
+    def frame(split: str):  # noqa: ANN202 - a DataFrame
+        dense, sparse, _ = data[split]
+        columns = {f"id_{i}": pd.Categorical(sparse[:, i], categories=categories[i])
+                   for i in range(sparse.shape[1])}  # fmt: skip
+        columns.update({f"dense_{i}": dense[:, i] for i in range(dense.shape[1])})
+        return pd.DataFrame(columns)
+
+    return {split: frame(split) for split in data}
+
+
+def _lightgbm(data: Arrays, frames: dict, num_leaves: int, learning_rate: float, seed: int) -> Run:
     import lightgbm
 
-    def features(split: str):
-        import pandas as pd
-
-        dense, sparse, _ = data[split]
-        frame = {f"id_{i}": pd.Categorical(sparse[:, i], categories=categories[i])
-                 for i in range(sparse.shape[1])}  # fmt: skip
-        frame.update({f"dense_{i}": dense[:, i] for i in range(dense.shape[1])})
-        return pd.DataFrame(frame)
-
-    # Categories from the training rows; an id first seen later is unknown (NaN) to the trees.
-    categories = [np.unique(data["train"][1][:, i]) for i in range(data["train"][1].shape[1])]
     model = lightgbm.LGBMClassifier(
         n_estimators=LIGHTGBM_ROUNDS, num_leaves=num_leaves, learning_rate=learning_rate,
         random_state=seed, n_jobs=1, verbose=-1,
     )  # fmt: skip
     model.fit(
-        features("train"), data["train"][2], eval_X=features("val"), eval_y=data["val"][2],
+        frames["train"], data["train"][2], eval_X=frames["val"], eval_y=data["val"][2],
         eval_metric="auc", callbacks=[lightgbm.early_stopping(LIGHTGBM_PATIENCE, verbose=False)],
     )  # fmt: skip
 
     def auc(split: str) -> float:
-        return binary_auc(model.predict_proba(features(split))[:, 1], data[split][2])
+        return binary_auc(model.predict_proba(frames[split])[:, 1], data[split][2])
 
     return auc("val"), lambda: auc("test")
 
@@ -190,7 +199,8 @@ def peer_runs(
     if name == "sklearn_logistic":
         return {f"C={c:g}": _logistic(data, c) for c in (0.1, 1.0)}
     if name == "lightgbm":
-        return {f"num_leaves={leaves}, lr={lr:g}": _lightgbm(data, leaves, lr, seed)
+        frames = _lightgbm_frames(data)  # once for the grid
+        return {f"num_leaves={leaves}, lr={lr:g}": _lightgbm(data, frames, leaves, lr, seed)
                 for leaves, lr in LIGHTGBM_GRID}  # fmt: skip
     variant = "adam lr=1e-3, D=16" + (f", CIN {XDEEPFM_CIN}" if name == "deepctr_xdeepfm" else "")
     return {variant: _deepctr(name, data, fields, cards, seed, epochs, batch)}

@@ -28,6 +28,20 @@ class BestValAUC(pl.Callback):
             self.best, self.state = auc, copy.deepcopy(module.state_dict())
 
 
+def mean_std(values: list[float]) -> dict[str, float]:
+    """``{"mean", "std"}`` of ``values`` (sample standard deviation; 0 for one value)."""
+    return {"mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0}  # fmt: skip
+
+
+def seed_diffs(a: dict, b: dict) -> dict:
+    """Per-seed differences ``a[s] - b[s]`` over the seeds of both: ``mean``, ``std``,
+    ``wins`` (differences above 0), ``n`` and the ``diffs``."""
+    diffs = [a[s] - b[s] for s in a if s in b]
+    return {**mean_std(diffs), "wins": sum(d > 0 for d in diffs), "n": len(diffs),
+            "diffs": diffs}  # fmt: skip
+
+
 def choose(val: dict[str, dict[str, float]]) -> str:
     """The variant of best mean validation AUC; ``val`` is ``variant -> seed -> val AUC``."""
     return max(val, key=lambda v: statistics.fmean(val[v].values()))
@@ -40,14 +54,8 @@ def summary(chosen: str, val: dict[str, dict[str, float]], tests: dict[str, floa
         ``chosen``, ``variants_val_auc``, ``test_auc`` (seed -> AUC), ``mean``, ``std`` (sample).
 
     """
-    aucs = list(tests.values())
-    return {
-        "chosen": chosen,
-        "variants_val_auc": val,
-        "test_auc": tests,
-        "mean": statistics.fmean(aucs),
-        "std": statistics.stdev(aucs) if len(aucs) > 1 else 0.0,
-    }
+    return {"chosen": chosen, "variants_val_auc": val, "test_auc": tests,
+            **mean_std(list(tests.values()))}  # fmt: skip
 
 
 def select(runs: dict[str, dict[int, Run]]) -> dict:
@@ -69,15 +77,7 @@ def paired(results: dict, a: str, b: str, key: str) -> dict | None:
     """Per-seed test-AUC differences ``a - b`` at ``key`` (same seeds, same labeled rows)."""
     if key not in results.get(a, {}) or key not in results.get(b, {}):
         return None
-    ta, tb = results[a][key]["test_auc"], results[b][key]["test_auc"]
-    diffs = [ta[s] - tb[s] for s in ta if s in tb]
-    return {
-        "mean": statistics.fmean(diffs),
-        "diffs": diffs,
-        "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
-        "wins": sum(d > 0 for d in diffs),
-        "n": len(diffs),
-    }
+    return seed_diffs(results[a][key]["test_auc"], results[b][key]["test_auc"])
 
 
 def table(results: dict, keys: list[str], label: Callable[[str], str]) -> str:

@@ -37,40 +37,19 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 if not __package__:  # `python benchmarks/end_to_end.py`: import the package from the root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from benchmarks._embedding_cases import reexec_with_memory_env
+from benchmarks._e2e_models import FORMATS
+from benchmarks._embedding_cases import Cycle, median_ratio, reexec_with_memory_env, timed_rounds
 from benchmarks._fresh_process import run_in_fresh_process
 from benchmarks._harness import Figure, Recording, benchmark_parser, ratio_bars
 
-FORMATS = ("fp32", "int8_cache5", "int4_cache1")
 NUM_BATCHES = 4  # distinct batches each model cycles over
 ROUNDS, QUICK_ROUNDS = 10, 3  # training rounds at batch <= 4096
 FULL_SSL, QUICK_SSL = (12, 4096), (3, 128)  # pretraining: (steps, batch)
-
-
-def _rotated_rounds(fns: dict, batches: list, rounds: int, warmup: int) -> dict[str, list[float]]:
-    """Seconds of ``fns[name](batch)`` per round, each round's order rotated."""
-    names = list(fns)
-    for name in names:
-        for i in range(warmup):
-            fns[name](batches[i % len(batches)])
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(rounds):
-        batch = batches[r % len(batches)]
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
-            fns[name](batch)
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def _median_ratio(times: dict[str, list[float]], base: str, ours: str) -> float:
-    return statistics.median(b / o for b, o in zip(times[base], times[ours], strict=True))
 
 
 def measure_training(cap: int, batches: list[int], threads: int, rounds: int, quick: bool) -> dict:
@@ -89,19 +68,20 @@ def measure_training(cap: int, batches: list[int], threads: int, rounds: int, qu
         raws = [make_raw(cards, batch, seed) for seed in range(NUM_BATCHES)]
         n = rounds if batch <= 4096 else max(3, (rounds * 2) // 3)
         load = os.getloadavg()[0]
-        times = _rotated_rounds({k: m.step for k, m in models.items()}, raws, n, warmup=2)
-        lookups = {fmt: models[fmt].eval_lookup for fmt in FORMATS}
-        eval_times = _rotated_rounds(lookups, raws, 3 * n, warmup=NUM_BATCHES)
+        # every model's Cycle is at the same batch in a round (same number of calls before)
+        times = timed_rounds({k: Cycle(m.step, raws) for k, m in models.items()}, n, warmup=2)
+        lookups = {fmt: Cycle(models[fmt].eval_lookup, raws) for fmt in FORMATS}
+        eval_times = timed_rounds(lookups, 3 * n, warmup=NUM_BATCHES)
         passes = 1 if quick or batch > 4096 else 2
         out[str(batch)] = {
             "samples_per_s": {k: batch / statistics.median(v) for k, v in times.items()},
             "spread": {k: (max(v) - min(v)) / statistics.median(v) for k, v in times.items()},
-            "vs_torchrec": {f: _median_ratio(times, "torchrec", f) for f in FORMATS},
-            "vs_library_fp32": {f: _median_ratio(times, "fp32", f) for f in FORMATS[1:]},
+            "vs_torchrec": {f: median_ratio(times, "torchrec", f) for f in FORMATS},
+            "vs_library_fp32": {f: median_ratio(times, "fp32", f) for f in FORMATS[1:]},
             "eval_lookup_samples_per_s": {
                 k: batch / statistics.median(v) for k, v in eval_times.items()
             },
-            "eval_lookup_vs_fp32": {f: _median_ratio(eval_times, "fp32", f) for f in FORMATS[1:]},
+            "eval_lookup_vs_fp32": {f: median_ratio(eval_times, "fp32", f) for f in FORMATS[1:]},
             "breakdown_ms": phase_breakdown(models, raws[:3], passes),
             "rounds": n,
             "load_average": [load, os.getloadavg()[0]],

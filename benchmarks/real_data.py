@@ -345,28 +345,24 @@ def fill(args: tuple[str, ...], dataset: str, ckpt: str = "CKPT", data: str = "D
     return out
 
 
-def fit_args(fixed: list[str], fraction: float, seed: int, cache: str, root: Path) -> list[str]:
-    """``fixed`` (a configuration) plus the setting: seed, labeled fraction, where files go."""
+def _run_args(seed: int, cache: str, root: Path) -> list[str]:
+    """What every run of the study adds: the seed, the data cache, where files go."""
     return [
-        *fixed,
         f"--seed_everything={seed}",
         f"--data.init_args.seed={seed}",
         f"--data.init_args.cache_dir={cache}",
-        f"--data.init_args.label_fraction={fraction:g}",
         f"--trainer.default_root_dir={root}",
     ]
+
+
+def fit_args(fixed: list[str], fraction: float, seed: int, cache: str, root: Path) -> list[str]:
+    """``fixed`` (a configuration) plus the setting: seed, labeled fraction, where files go."""
+    return [*fixed, *_run_args(seed, cache, root), f"--data.init_args.label_fraction={fraction:g}"]
 
 
 def pretrain_args(fixed: list[str], seed: int, epochs: int, cache: str, root: Path) -> list[str]:
     """``fixed`` (a pretraining configuration) plus the seed and the study's epoch cap."""
-    return [
-        *fixed,
-        f"--data.init_args.cache_dir={cache}",
-        f"--data.init_args.seed={seed}",
-        f"--seed_everything={seed}",
-        f"--trainer.max_epochs={epochs}",
-        f"--trainer.default_root_dir={root}",
-    ]
+    return [*fixed, *_run_args(seed, cache, root), f"--trainer.max_epochs={epochs}"]
 
 
 def _health(module: torch.nn.Module, datamodule) -> dict:

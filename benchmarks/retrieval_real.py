@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +52,8 @@ import numpy as np
 
 from benchmarks._fresh_process import run_in_fresh_process
 from benchmarks._harness import Recording, benchmark_parser, chosen_seeds, pyplot
+from benchmarks._selection import choose as choose_variant
+from benchmarks._selection import mean_std, seed_diffs
 
 SEEDS = (0, 1, 2)
 METRICS = ("recall_at_10", "ndcg_at_10", "tail_recall_at_10")
@@ -129,21 +130,7 @@ def int8_study(seed: int, kwargs: dict) -> dict:
 def choose(runs: dict[int, dict[str, dict]], metric: str = "recall_at_10") -> str:
     """The variant label of best mean validation ``metric`` over seeds."""
     labels = next(iter(runs.values()))
-    return max(labels, key=lambda v: statistics.fmean(
-        runs[s][v]["val"][metric] for s in runs))  # fmt: skip
-
-
-def mean_std(values: list[float]) -> dict[str, float]:
-    """``{"mean", "std"}`` (sample standard deviation; 0 for one value)."""
-    return {"mean": statistics.fmean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0}  # fmt: skip
-
-
-def paired(a: dict[int, float], b: dict[int, float]) -> dict:
-    """Per-seed differences ``a - b``: ``{"mean", "std", "wins", "n", "diffs"}``."""
-    diffs = [a[s] - b[s] for s in a if s in b]
-    return {**mean_std(diffs), "wins": sum(d > 0 for d in diffs), "n": len(diffs),
-            "diffs": diffs}  # fmt: skip
+    return choose_variant({v: {s: runs[s][v]["val"][metric] for s in runs} for v in labels})
 
 
 def accuracy(seeds: tuple[int, ...], quick: bool) -> dict:
@@ -173,8 +160,10 @@ def accuracy(seeds: tuple[int, ...], quick: bool) -> dict:
     results["peers"] = list(PEERS)
     tail = {m: {s: test[m][s]["tail_recall_at_10"] for s in seeds} for m in LIBRARY}
     recall = {m: {s: test[m][s]["recall_at_10"] for s in seeds} for m in LIBRARY}
-    results["ssl_tail_gain"] = paired(tail["two_tower_ssl"], tail["two_tower_fp32"])
-    results["int8_recall_gap"] = paired(recall["two_tower_int8_cache"], recall["two_tower_fp32"])
+    results["ssl_tail_gain"] = seed_diffs(tail["two_tower_ssl"], tail["two_tower_fp32"])
+    results["int8_recall_gap"] = seed_diffs(
+        recall["two_tower_int8_cache"], recall["two_tower_fp32"]
+    )
     best_peer = max(PEERS, key=lambda p: results["recall_at_10"][p]["mean"])
     results["best_peer"] = best_peer
     results["chosen"] = chosen

@@ -63,6 +63,14 @@ class Batch:
 
         return Batch(self.dense[:n], self.sparse[:n], cut(self.label), cut(self.row_id))
 
+    def rows(self, index: torch.Tensor) -> Batch:
+        """The rows ``index int64[k]`` (or ``bool[B]``), labels and row ids included; copies."""
+
+        def take(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[index]
+
+        return Batch(self.dense[index], self.sparse[index], take(self.label), take(self.row_id))
+
     def with_features(
         self, dense: torch.Tensor | None = None, sparse: torch.Tensor | None = None
     ) -> Batch:

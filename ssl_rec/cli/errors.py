@@ -100,10 +100,9 @@ def summarize_parser_error(message: str) -> str:
     if not reasons:
         return " ".join(line.strip() for line in lines)
     depth, reason = max(reasons, key=lambda r: r[0])
-    line_of_reason = " " * depth + reason
-    keys = [k for line in lines[: lines.index(line_of_reason)]
-            for k in _KEY.findall(line)]  # fmt: skip
-    reason = _alternatives(lines[lines.index(line_of_reason) :], depth) or reason
+    at = lines.index(" " * depth + reason)
+    keys = [k for line in lines[:at] for k in _KEY.findall(line)]
+    reason = _alternatives(lines[at:], depth) or reason
     reason = _KEY.sub(lambda m: m.group(1), reason).removeprefix("- ")
     return f"{' > '.join(dict.fromkeys(keys))}: {reason}" if keys else reason
 

@@ -232,21 +232,27 @@ class SSLRecCLI(LightningCLI):
             if is_checkpoint_callback(callback):
                 if init_args is not None and init_args.get("dirpath") is None:
                     init_args.dirpath = os.path.join(root, "checkpoints")
-        logger = config.trainer.get("logger")
-        if logger is None:  # set here, not as a parser default: parsing it imports wandb
-            logger = config.trainer.logger = default_logger()
-        init_args = getattr(logger, "init_args", None)
-        if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
-            if init_args.get("save_dir") in (None, "."):
-                init_args.save_dir = root
+        if config.trainer.get("logger") is None:  # not a parser default: parsing imports wandb
+            config.trainer.logger = default_logger()
+        init_args = _wandb_init_args(config)
+        if init_args is not None and init_args.get("save_dir") in (None, "."):
+            init_args.save_dir = root
 
     @staticmethod
     def _make_logger_dir(config: Any) -> None:
         # Only once the command is known to run: a refused fit leaves no directory behind.
-        logger = config.trainer.get("logger")
-        init_args = getattr(logger, "init_args", None)
-        if init_args is not None and str(logger.class_path).endswith("WandbLogger"):
+        init_args = _wandb_init_args(config)
+        if init_args is not None:
             os.makedirs(init_args.save_dir, exist_ok=True)
+
+
+def _wandb_init_args(config: Any) -> Any:
+    """The ``init_args`` of the command's W&B logger, or ``None`` (another or no logger)."""
+    logger = config.trainer.get("logger")
+    init_args = getattr(logger, "init_args", None)
+    if init_args is None or not str(logger.class_path).endswith("WandbLogger"):
+        return None
+    return init_args
 
 
 def default_logger() -> Namespace:

@@ -25,6 +25,7 @@ from jsonargparse import CLI
 
 from ssl_rec._io import atomic_path
 from ssl_rec.cli.run_dir import refuse_existing_output
+from ssl_rec.data.sources.interaction_table import read_interactions
 from ssl_rec.evaluation import Retriever
 from ssl_rec.evaluation.predictions import prediction_format
 
@@ -69,7 +70,7 @@ def retrieve(
     retriever = Retriever.load(directory)
     if k > len(retriever):
         raise ValueError(f"--k {k}: the catalogue has only {len(retriever)} items")
-    table = _read_rows(data)
+    table = read_interactions(data, "input file")
     try:
         rows, unknown = retriever.encode(table)
     except ValueError as e:
@@ -110,20 +111,6 @@ def _export_directory(index: str | None, ckpt_path: str | None) -> str:
             else f"--index and --ckpt_path name different directories: {sorted(given)}"
         )
     return next(iter(given))
-
-
-def _read_rows(path: str) -> pa.Table:
-    """The table of a ``.parquet``, ``.csv`` or ``.tsv`` input file."""
-    kind = prediction_format(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such input file")
-    try:
-        if kind == "parquet":
-            return pq.read_table(path)
-        options = pacsv.ParseOptions(delimiter="," if kind == "csv" else "\t")
-        return pacsv.read_csv(path, parse_options=options)
-    except pa.ArrowInvalid as e:
-        raise ValueError(f"{path}: cannot be read as {kind} ({e})") from None
 
 
 def _write_ranking(

@@ -314,7 +314,8 @@ class ArrowDataModule(pl.LightningDataModule):
         if not self.unlabeled_per_batch:
             return loader
         table = self.split_table("train")
-        labeled = labeled_subset(table.num_rows, self.label_fraction, self.seed)
+        # The labeled loader's row ids are the subset it took (None: every row is labeled).
+        labeled = loader.row_ids if loader.row_ids is not None else np.arange(table.num_rows)
         return with_unlabeled_rest(table, labeled, loader, self.unlabeled_per_batch, extra)
 
     def unlabeled_file_rows(self) -> pa.Table | None:
@@ -328,10 +329,11 @@ class ArrowDataModule(pl.LightningDataModule):
     def _pretraining_loader(self, extra: pa.Table) -> BatchLoader:
         """Unlabeled batches of the training split's rows followed by ``extra``'s."""
         table = self.split_table("train")
+        # Zero-copy: the loader reads blocks across chunks, so both stay memory-mapped.
         both = pa.concat_tables([unlabeled_features(table), unlabeled_features(extra)])
         rank, world = self._shard()
         return BatchLoader(
-            both.combine_chunks(), self._train_batch_size(both.num_rows // world), shuffle=True,
+            both, self._train_batch_size(both.num_rows // world), shuffle=True,
             seed=self.seed, drop_last=self.drop_last, with_labels=False, rank=rank,
             world_size=world,
         )  # fmt: skip

@@ -12,13 +12,13 @@ sees the batches an uninterrupted one would, and every rank reads its own shard 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 import torch
 
+from ssl_rec._checks import check_nonnegative
 from ssl_rec.data.loader import BatchLoader, EpochShuffle
 from ssl_rec.data.storage import DENSE, SPARSE
 from ssl_rec.types import Batch
@@ -38,9 +38,7 @@ def check_unlabeled_per_batch(
             and there is no ``unlabeled_file`` of other rows.
 
     """
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"unlabeled_per_batch must be >= 0, got {value}")
+    value = check_nonnegative("data", "unlabeled_per_batch", value)
     if value and unlabeled_file and not use_labels:
         raise ValueError(
             f"unlabeled_per_batch={value:g} needs labeled training (use_labels=true); with "
@@ -81,10 +79,13 @@ def with_unlabeled_rest(
             (``N_train + i``).
 
     """
-    rest = np.setdiff1d(np.arange(table.num_rows, dtype=np.int64), labeled, assume_unique=True)
+    outside = np.ones(table.num_rows, dtype=bool)
+    outside[labeled] = False
+    rest = np.flatnonzero(outside)
+    # The rest is gathered (BatchLoader reads contiguous slices); the file's rows stay mapped.
     pool = unlabeled_features(table.take(pa.array(rest)))
     if extra is not None:
-        pool = pa.concat_tables([pool, unlabeled_features(extra)]).combine_chunks()
+        pool = pa.concat_tables([pool, unlabeled_features(extra)])
         extra_ids = table.num_rows + np.arange(extra.num_rows, dtype=np.int64)
         rest = np.concatenate([rest, extra_ids])
     # A labeled subset smaller than one batch is one batch: the mix follows its rows.
@@ -94,7 +95,6 @@ def with_unlabeled_rest(
         "semi-supervised: %d unlabeled rows (of %d) with each batch of %d labeled rows",
         size, len(rest), labeled_rows,
     )  # fmt: skip
-    # The pool is gathered into memory: it is most of the split, read in shuffled blocks.
     return SemiSupervisedLoader(loader, pool, rest, size)
 
 

@@ -79,6 +79,8 @@ class Routing:
                 self.pieces[r].append((t, j, len(ranks)))
         # Output columns of the pooled all-to-all: each rank's whole tables, rank after rank.
         self.whole_order = torch.tensor([t for ts in self.whole for t in ts], dtype=torch.int64)
+        # Columns of the replicas' rows, which stay on this rank (assemble, once per batch).
+        self.replica_order = torch.tensor(self.replicated, dtype=torch.int64)
 
     @property
     def num_tables(self) -> int:
@@ -187,8 +189,7 @@ class Routing:
         num_tables = self.num_tables
         samples = torch.arange(batch, dtype=torch.int64)[:, None] * num_tables
         whole_pos = (samples + self.whole_order[None, :]).reshape(-1)
-        replicas = torch.tensor(self.replicated, dtype=torch.int64)
-        replica_pos = (samples + replicas[None, :]).reshape(-1)
+        replica_pos = (samples + self.replica_order[None, :]).reshape(-1)
         if replica_rows is None:
             replica_rows = torch.zeros(0, dim)
         positions = torch.cat([whole_pos, replica_pos, sent.piece_positions])

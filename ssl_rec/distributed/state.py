@@ -84,19 +84,18 @@ class TableState:
         return {"store": self.spec.precision.dtype, "cache.tags": torch.int16,
                 "cache.state": torch.uint8}.get(key, torch.float32)  # fmt: skip
 
-    def piece(self, key: str, shard: EmbeddingTable | None = None) -> torch.Tensor:
-        """Cyclic rows of ``key`` in ``shard`` (default this rank's; empty for none)."""
-        shard = self.shard if shard is None else shard
+    def _rows(self, key: str, shard: EmbeddingTable | None) -> torch.Tensor:
         if shard is not None:
             return table_pieces(shard)[key]
         return torch.empty((0, *self.logical_shape(key)[1:]), dtype=self.dtype(key))
 
+    def piece(self, key: str) -> torch.Tensor:
+        """This rank's cyclic rows of ``key`` (empty when it holds no shard)."""
+        return self._rows(key, self.shard)
+
     def saved_piece(self, key: str, rank: int) -> torch.Tensor:
         """This rank's rows of ``key`` in the saved table (empty but on :meth:`holders`)."""
-        saved = self.saved_shard(rank)
-        if saved is None:
-            return torch.empty((0, *self.logical_shape(key)[1:]), dtype=self.dtype(key))
-        return self.piece(key, saved)
+        return self._rows(key, self.saved_shard(rank))
 
 
 def _sharded(block: torch.Tensor, start: int, shape: tuple[int, ...], group) -> ShardedTensor:

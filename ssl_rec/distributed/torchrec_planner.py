@@ -26,7 +26,13 @@ from torchrec.distributed.planner.types import (
     Storage,
 )
 
-from ssl_rec.distributed.cost_model import KernelRates, TableInfo, shard_bytes, shard_seconds
+from ssl_rec.distributed.cost_model import (
+    KernelRates,
+    Network,
+    TableInfo,
+    shard_bytes,
+    shard_seconds,
+)
 from ssl_rec.distributed.exact_shardings import allowed_types
 from ssl_rec.distributed.sharder import MixedPrecisionCollectionSharder
 from ssl_rec.distributed.table_placement import DATA_PARALLEL, TablePlacement
@@ -34,7 +40,7 @@ from ssl_rec.distributed.table_placement import DATA_PARALLEL, TablePlacement
 __all__ = ["PlanningStub", "torchrec_plan"]
 
 _PATH = "tables"
-BANDWIDTH = 12.5e9  # bytes/s per rank, cost_model.Network's default
+BANDWIDTH = Network().bandwidth_gb_s * 1e9  # bytes/s per rank, the cost model's default
 
 
 class PlanningStub(nn.Module):
@@ -90,8 +96,9 @@ def _price_replicas(
     world = len(option.shards)
     compute = shard_seconds(table, 1, world_batch, rates)
     gather = world_batch * (world - 1) / world * table.dim * 4 / BANDWIDTH
+    replica = shard_bytes(table, 1, 0)
     for shard in option.shards:
-        shard.storage = Storage(hbm=shard_bytes(table, 1, 0), ddr=0)
+        shard.storage = Storage(hbm=replica, ddr=0)
         shard.perf = Perf(fwd_compute=compute / 3, fwd_comms=0.0,
                           bwd_compute=2 * compute / 3, bwd_comms=gather)  # fmt: skip
 

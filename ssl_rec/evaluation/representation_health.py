@@ -28,6 +28,8 @@ from ssl_rec.types import Batch
 
 __all__ = ["effective_rank", "representation_health"]
 
+_CPU = torch.device("cpu")  # the masks' generator: the same masks on any device
+
 
 def effective_rank(vectors: np.ndarray | torch.Tensor, center: bool = False) -> float:
     """Effective rank of ``n`` vectors (Roy & Vetterli 2007).
@@ -108,15 +110,16 @@ def representation_health(
     seen = 0
     try:
         for batch in batches:
+            plain.append(backbone(batch).pooled.float())
+            for views in (first, second):
+                # views.random_field_mask draws the same way; evaluation sits below views in the layers
+                mask = torch.rand(*batch.sparse.shape, generator=gen, device=_CPU) < mask_prob
+                views.append(
+                    backbone(batch, field_mask=mask.to(batch.sparse.device)).pooled.float()
+                )
+            seen += batch.sparse.shape[0]
             if seen >= max_rows:
                 break
-            shape = batch.sparse.shape
-            plain.append(backbone(batch).pooled.float())
-            first.append(backbone(batch, field_mask=torch.rand(shape, generator=gen) < mask_prob)
-                         .pooled.float())  # fmt: skip
-            second.append(backbone(batch, field_mask=torch.rand(shape, generator=gen) < mask_prob)
-                          .pooled.float())  # fmt: skip
-            seen += shape[0]
     finally:
         backbone.train(was_training)
     if seen < 2:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ssl_rec._checks import check_known_keys
 from ssl_rec._io import atomic_directory, atomic_write_json, directory_checksums
 from ssl_rec.evaluation.faiss_index import (
     build_index_or_exact,
@@ -143,9 +144,7 @@ def item_keys(vocabulary: Vocabularies | None, field: str, ids: np.ndarray) -> n
 def _scaling(
     scaling: Mapping[str, tuple[float, float]], towers: TwoTowerModel
 ) -> dict[str, list[float]]:
-    unknown = sorted(set(scaling) - set(towers.schema.dense))
-    if unknown:
-        raise ValueError(f"export_retrieval: dense_scaling names unknown columns {unknown}")
+    check_known_keys("export_retrieval", "dense_scaling", scaling, towers.schema.dense, "columns")
     out = {}
     for name, (mean, std) in scaling.items():
         if not (np.isfinite(mean) and np.isfinite(std) and std > 0):

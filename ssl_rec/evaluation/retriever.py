@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,10 @@ class Retriever:
         self.vocabulary = vocabulary
         scaling = dense_scaling or {}
         self.dense_scaling = {k: (float(v[0]), float(v[1])) for k, v in scaling.items()}
-        self._row_of_key = {str(key): row for row, key in enumerate(self.item_keys.tolist())}
-        self._row_of_id = {int(i): row for row, i in enumerate(self.item_ids.tolist())}
+        # item id -> catalogue row (-1: none), as ItemCatalogue.rows_of: one lookup per batch
+        self._row_of_id = np.full(int(self.item_ids.max(initial=-1)) + 1, -1, np.int64)
+        valid = self.item_ids >= 0
+        self._row_of_id[self.item_ids[valid]] = np.flatnonzero(valid)
         names = query_tower.schema
         self._sparse = torch.tensor([schema.field_index(n) for n in names.field_names])
         self._dense = torch.tensor([list(schema.dense).index(n) for n in names.dense],
@@ -207,8 +209,7 @@ class Retriever:
         """
         rows_out = None
         if exclude is not None:
-            rows_out = [self.rows_of_ids(torch.as_tensor(seen).reshape(-1).tolist())
-                        for seen in exclude]  # fmt: skip
+            rows_out = [self.rows_of_ids(seen) for seen in exclude]
         scores, positions = self.search(batch, k, rows_out)
         ids = np.where(positions >= 0, self.item_ids[np.maximum(positions, 0)], -1)
         return torch.from_numpy(scores), torch.from_numpy(ids)
@@ -250,10 +251,17 @@ class Retriever:
         found = [self._row_of_key.get(str(key)) for key in keys]
         return np.array([r for r in found if r is not None], dtype=np.int64)
 
-    def rows_of_ids(self, ids: Sequence[int]) -> np.ndarray:
+    @cached_property
+    def _row_of_key(self) -> dict[str, int]:
+        """Raw item key -> catalogue row, built on the first exclusion by key."""
+        return {str(key): row for row, key in enumerate(self.item_keys.tolist())}
+
+    def rows_of_ids(self, ids: Sequence[int] | torch.Tensor) -> np.ndarray:
         """``int64[m]`` catalogue rows of the item ``ids`` found."""
-        found = [self._row_of_id.get(int(i)) for i in ids]
-        return np.array([r for r in found if r is not None], dtype=np.int64)
+        ids = torch.as_tensor(ids).reshape(-1).long().cpu().numpy()
+        inside = (ids >= 0) & (ids < len(self._row_of_id))
+        rows = self._row_of_id[ids[inside]]
+        return rows[rows >= 0]
 
 
 def _column(table: pa.Table, name: str) -> pa.ChunkedArray:

@@ -173,17 +173,15 @@ class EmbeddingTable(TracksReplacement):
         # One chunk buffer for all chunks: a fresh one per chunk would leave the allocator's
         # heap grown by several chunks, which a tight memory limit then refuses to a store.
         buffer = torch.empty(min(INIT_CHUNK_ROWS, total), self.dim)
+        fp32 = self.spec.precision is Precision.fp32  # (quantize_rows would copy FP32 rows)
         for start in range(0, last + 1, INIT_CHUNK_ROWS):
             n = min(INIT_CHUNK_ROWS, total - start)
             rows = torch.randn(n, self.dim, generator=gen, out=buffer[:n]).mul_(std)
             first = max(0, -(-(start - offset) // stride))  # first local row in this chunk
-            if stride != 1:
-                rows = rows[offset + first * stride - start :: stride][: self.num_rows - first]
+            # (a view of the chunk for a whole table: contiguous() then copies nothing)
+            rows = rows[offset + first * stride - start :: stride][: self.num_rows - first]
+            if len(rows):
                 rows = rows.contiguous()
-            elif offset:
-                rows = rows[offset + first - start :][: self.num_rows - first]
-            if len(rows):  # (quantize_rows would copy FP32 rows first)
-                fp32 = self.spec.precision is Precision.fp32
                 values = rows if fp32 else quantize_rows(rows, self.spec.precision)
                 self.store[first : first + len(rows)] = values
 

@@ -211,7 +211,7 @@ class CTRModule(ObjectiveModule):
         if not labeled:
             return labels.new_zeros(()), 0
         return F.binary_cross_entropy_with_logits(
-            self(_rows(batch, finite.nonzero().squeeze(1))), labels[finite]
+            self(batch.rows(finite.nonzero().squeeze(1))), labels[finite]
         ), labeled
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -283,13 +283,6 @@ class CTRModule(ObjectiveModule):
                 scheduled=self.hparams.freeze_backbone_epochs > 0,
             )  # fmt: skip
             regroup_optimizer_state(states[0], groups)
-
-
-def _rows(batch: Batch, index: torch.Tensor) -> Batch:
-    """The rows ``index int64[k]`` of ``batch``."""
-    row_id = None if batch.row_id is None else batch.row_id[index]
-    label = None if batch.label is None else batch.label[index]
-    return Batch(batch.dense[index], batch.sparse[index], label, row_id)
 
 
 def _labels(batch: Batch) -> torch.Tensor:

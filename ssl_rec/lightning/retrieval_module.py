@@ -14,8 +14,12 @@ from ssl_rec._checks import check_at_least, check_choice, check_nonnegative, che
 from ssl_rec.evaluation.item_catalogue import ItemCatalogue
 from ssl_rec.evaluation.retrieval_export import export_retrieval
 from ssl_rec.evaluation.retrieval_metrics import tail_items
-from ssl_rec.lightning.finite_checks import check_finite_loss
 from ssl_rec.lightning.module_config import build_objectives, instantiate_config, module_hparams
+from ssl_rec.lightning.objective_set import (
+    check_objectives,
+    log_objective,
+    weighted_objective_loss,
+)
 from ssl_rec.lightning.ssl_item_sampler import SslItems, SslItemSampler
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.two_tower import TwoTowerModel
@@ -105,7 +109,9 @@ class RetrievalModule(pl.LightningModule):
         factory = (instantiate_config(towers, TowersFactory, f"{owner}.towers")
                    if isinstance(towers, Mapping) else towers)  # fmt: skip
         objectives = build_objectives(item_objectives or {}, owner)
-        self.item_weights = _item_weights(objectives, item_weights)
+        self.item_weights = check_objectives(
+            objectives, item_weights, owner, "item_weights", required=False
+        )
         schema = as_schema(schema).to_dict()
         if isinstance(loss, Mapping):  # as the checkpoint's hyperparameters record it
             loss = instantiate_config(loss, SampledSoftmax, f"{owner}.loss")
@@ -249,37 +255,24 @@ class RetrievalModule(pl.LightningModule):
         if m and self.catalogue is not None:
             cat = self.catalogue
             rows = torch.randint(len(cat), (m,))
-            negatives = self.towers.encode_items(_rows(cat.items, rows).to(self.device))
+            negatives = self.towers.encode_items(cat.items.rows(rows).to(self.device))
             negative_ids = cat.item_ids[rows].to(self.device)
             negative_log_q = self._item_log_q(negative_ids)
             if log_q is not None and negative_log_q is not None:
                 log_q = mixed_log_q(log_q, m, len(cat))
                 negative_log_q = mixed_log_q(negative_log_q, m, len(cat))
         out = self.loss(query, items, ids, log_q, negatives, negative_ids, negative_log_q)
-        self._log(stage, "softmax", out.logs, batch.batch_size)
+        log_objective(self, stage, "softmax", out.logs, batch.batch_size)
         return out.loss
-
-    def _log(self, stage: str, name: str, logs: Mapping[str, Any], batch_size: int) -> None:
-        values = {f"{stage}/{name}/{k}": v for k, v in logs.items()}
-        self.log_dict(values, batch_size=batch_size, on_step=stage == "train", on_epoch=True)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         """Softmax loss plus the weighted item objectives on the batch's items."""
         total = self._softmax(batch, "train")
         if self.item_objectives:
-            items = self.ssl_item_batch(batch)
-            losses = {}
-            for name, objective in self.item_objectives.items():
-                out = objective(items, self.towers.item_tower)
-                losses[name] = out.loss
-                total = total + self.item_weights[name] * out.loss
-                self._log("train", name, out.logs, batch.batch_size)
-            # One host sync per step: a non-finite objective makes the sum non-finite, and
-            # only then is each objective checked, to name the first one.
-            if not bool(torch.isfinite(total.detach()).all()):
-                for name, loss in losses.items():
-                    what = f"the loss of item objective {name!r}"
-                    check_finite_loss(loss, what, self.global_step)
+            total = total + weighted_objective_loss(
+                self, self.item_objectives, self.item_weights, self.ssl_item_batch(batch),
+                self.towers.item_tower, "train", batch.batch_size, noun="item objective",
+            )  # fmt: skip
         self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
 
@@ -300,7 +293,7 @@ class RetrievalModule(pl.LightningModule):
         keep, rows = self.ssl_sampler.catalogue_rows(n_items, items.batch_size)
         if not len(rows):
             return items.head(keep)
-        drawn = _rows(self.catalogue.items, rows).to(items.sparse.device)
+        drawn = self.catalogue.items.rows(rows).to(items.sparse.device)
         if not keep:
             return drawn
         head = items.head(keep)
@@ -344,26 +337,3 @@ class RetrievalModule(pl.LightningModule):
         return torch.optim.Adam(
             params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay
         )
-
-
-def _rows(batch: Batch, rows: torch.Tensor) -> Batch:
-    return Batch(batch.dense[rows], batch.sparse[rows])
-
-
-def _item_weights(
-    objectives: Mapping[str, Objective], weights: Mapping[str, float] | None
-) -> dict[str, float]:
-    for name, objective in objectives.items():
-        if not isinstance(objective, Objective):
-            raise TypeError(
-                f"RetrievalModule.item_objectives[{name!r}] is a {type(objective).__name__}, "
-                "not an ssl_rec.objectives.Objective"
-            )
-    weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(objectives))
-    if unknown:
-        raise ValueError(f"RetrievalModule.item_weights names unknown objectives {unknown}")
-    return {
-        name: check_nonnegative("RetrievalModule", f"item_weights.{name}", weights.get(name, 1.0))
-        for name in objectives
-    }

@@ -216,10 +216,11 @@ class Backbone(nn.Module):
                 )
             field_mask, numeric_mask = field_mask[:, :n_fields], field_mask[:, n_fields:]
         field_emb = self.embed(batch.sparse, field_mask)
+        standardized = self.dense_encoding(batch.dense)  # once, for the tokens and the encoder
         numeric_emb = None
         if self.numeric_tokens is not None:
-            numeric_emb = self.embed_dense(batch.dense, numeric_mask)
-        pooled, dense_emb = self.encode(field_emb, batch.dense, numeric_emb)
+            numeric_emb = self.numeric_tokens(standardized, numeric_mask)
+        pooled, dense_emb = self._encode_standardized(field_emb, standardized, numeric_emb)
         return Representation(field_emb, pooled, dense_emb, numeric_emb)
 
     def embed(self, sparse: torch.Tensor, field_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -241,7 +242,14 @@ class Backbone(nn.Module):
         tokens the encoder reads ``[field_emb, numeric_emb]`` (``[B, F + F_num, D]``);
         ``numeric_emb`` defaults to :meth:`embed_dense` of ``dense`` (nothing masked).
         """
-        standardized = self.dense_encoding(dense)
+        return self._encode_standardized(field_emb, self.dense_encoding(dense), numeric_emb)
+
+    def _encode_standardized(
+        self,
+        field_emb: torch.Tensor,
+        standardized: torch.Tensor,
+        numeric_emb: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.numeric_tokens is None:
             return self.encoder(field_emb, standardized)
         if numeric_emb is None:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssl_rec._checks import check_at_least
+from ssl_rec._checks import check_at_least, check_known_keys
 from ssl_rec.hardware import TableSpec
 from ssl_rec.models.backbone import Backbone, EncoderFactory, as_schema
 from ssl_rec.models.mlp import MLP
@@ -150,9 +150,9 @@ class TwoTowerModel(nn.Module):
                 f"column of the item tower {item_names}"
             )
         overrides = dict(table_overrides or {})
-        unknown = sorted(set(overrides) - set(self.schema.field_names))
-        if unknown:
-            raise ValueError(f"TwoTowerModel.table_overrides names unknown fields {unknown}")
+        check_known_keys(
+            "TwoTowerModel", "table_overrides", overrides, self.schema.field_names, "fields"
+        )
 
         def tower(sub: FeatureSchema, encoder: EncoderFactory, tower_seed: int) -> Backbone:
             own = {k: v for k, v in overrides.items() if k in sub.field_names}

@@ -68,7 +68,25 @@ def field_uniformity_loss(tokens: torch.Tensor, eps: float = 1e-8) -> torch.Tens
     return cosine[:, off_diagonal].mean()
 
 
-class FeatureAlignment(Objective):
+class _FieldTokenRegularizer(Objective):
+    """A loss of the field tokens of a batch's first ``max_rows`` rows; logs ``loss``."""
+
+    def __init__(self, max_rows: int = 4096) -> None:
+        super().__init__()
+        self.max_rows = check_at_least(type(self).__name__, "max_rows", max_rows)
+
+    @staticmethod
+    def token_loss(tokens: torch.Tensor) -> torch.Tensor:
+        """The loss of ``float32[B, F, D]`` field tokens."""
+        raise NotImplementedError
+
+    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
+        """The loss of the field tokens of ``batch``'s first ``max_rows`` rows."""
+        loss = self.token_loss(backbone.embed(batch.head(self.max_rows).sparse))
+        return ObjectiveOutput(loss, {"loss": loss.detach()})
+
+
+class FeatureAlignment(_FieldTokenRegularizer):
     """CL4CTR feature alignment: embeddings of ids of the same field pulled together.
 
     The loss is :func:`feature_alignment_loss` of the batch's field tokens
@@ -84,17 +102,10 @@ class FeatureAlignment(Objective):
 
     """
 
-    def __init__(self, max_rows: int = 4096) -> None:
-        super().__init__()
-        self.max_rows = check_at_least("FeatureAlignment", "max_rows", max_rows)
-
-    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
-        """Alignment of the field tokens of ``batch``'s first ``max_rows`` rows."""
-        loss = feature_alignment_loss(backbone.embed(batch.head(self.max_rows).sparse))
-        return ObjectiveOutput(loss, {"loss": loss.detach()})
+    token_loss = staticmethod(feature_alignment_loss)
 
 
-class FieldUniformity(Objective):
+class FieldUniformity(_FieldTokenRegularizer):
     """CL4CTR field uniformity: embeddings of different fields pushed apart.
 
     The loss is :func:`field_uniformity_loss` of the batch's field tokens
@@ -112,11 +123,4 @@ class FieldUniformity(Objective):
 
     """
 
-    def __init__(self, max_rows: int = 4096) -> None:
-        super().__init__()
-        self.max_rows = check_at_least("FieldUniformity", "max_rows", max_rows)
-
-    def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
-        """Uniformity of the field tokens of ``batch``'s first ``max_rows`` rows."""
-        loss = field_uniformity_loss(backbone.embed(batch.head(self.max_rows).sparse))
-        return ObjectiveOutput(loss, {"loss": loss.detach()})
+    token_loss = staticmethod(field_uniformity_loss)

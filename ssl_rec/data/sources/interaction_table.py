@@ -33,6 +33,8 @@ from ssl_rec.schema import CategoricalField, FeatureSchema
 from ssl_rec.types import Batch
 from ssl_rec.vocab import MISSING_VALUE, Vocabularies
 
+_SPLIT_CODES = {"train": 0, "val": 1, "test": 2}  # leave_last_out's split of a row
+
 
 def encode_column(values: np.ndarray) -> tuple[np.ndarray, int]:
     """String values to ids ``1..n`` in sorted order: ``(int64[N] ids, cardinality n + 1)``."""
@@ -63,15 +65,18 @@ def leave_last_out(users: np.ndarray, positive: np.ndarray) -> np.ndarray:
     return split
 
 
-def read_interactions(path: str) -> pa.Table:
-    """The whole table of a ``.parquet``, ``.csv`` or ``.tsv`` file (one sentence if not)."""
+def read_interactions(path: str, what: str = "interaction table") -> pa.Table:
+    """The whole table of a ``.parquet``, ``.csv`` or ``.tsv`` file (one sentence if not).
+
+    ``what`` names the file in the message when it does not exist.
+    """
     suffix = Path(path).suffix.lower()
-    if suffix not in (".parquet", ".csv", ".tsv"):
+    if suffix not in (".parquet", ".pq", ".csv", ".tsv"):
         raise ValueError(f"{path}: unknown suffix {suffix!r}; use .parquet, .csv or .tsv")
     if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such interaction table")
+        raise FileNotFoundError(f"{path}: no such {what}")
     try:
-        if suffix == ".parquet":
+        if suffix in (".parquet", ".pq"):
             return pq.read_table(path)
         options = pacsv.ParseOptions(delimiter="," if suffix == ".csv" else "\t")
         return pacsv.read_csv(path, parse_options=options)
@@ -194,10 +199,10 @@ class InteractionTableDataModule(pl.LightningDataModule):
             text = text_column(table, name)
             present = np.array([v is not None for v in text])
             ids = np.zeros(len(text), dtype=np.int64)
-            ids[present], cardinality = encode_column(text[present].astype(str))
-            vocabulary = np.unique(text[present].astype(str))
+            vocabulary, inverse = np.unique(text[present].astype(str), return_inverse=True)
+            ids[present] = inverse + 1  # encode_column's ids, with the vocabulary kept
             columns.append(ids)
-            fields.append(CategoricalField(name, cardinality))
+            fields.append(CategoricalField(name, len(vocabulary) + 1))
             values[name] = pa.array([MISSING_VALUE, *vocabulary.tolist()], pa.string())
         self._sparse = torch.from_numpy(np.stack(columns, 1))
         self._vocabulary = Vocabularies.from_id_values(values)
@@ -266,11 +271,11 @@ class InteractionTableDataModule(pl.LightningDataModule):
 
     def train_positives(self) -> torch.Tensor:
         """``int64[P, 2]`` ``(user id, item id)`` of the training positives."""
-        return self._pairs(self._rows(0))
+        return self.split_positives("train")
 
     def split_positives(self, split: str) -> torch.Tensor:
         """``int64[P, 2]`` ``(user id, item id)`` of ``train``, ``val`` or ``test`` positives."""
-        return self._pairs(self._rows({"train": 0, "val": 1, "test": 2}[split]))
+        return self._pairs(self._rows(_SPLIT_CODES[split]))
 
     def _loader(self, rows: torch.Tensor, batch_size: int, shuffle: bool) -> DataLoader:
         g = torch.Generator().manual_seed(self.seed)
@@ -283,7 +288,7 @@ class InteractionTableDataModule(pl.LightningDataModule):
 
     def rows(self, split: str) -> Batch:
         """Every positive row of ``train``, ``val`` or ``test`` as one batch."""
-        index = self._rows({"train": 0, "val": 1, "test": 2}[split])
+        index = self._rows(_SPLIT_CODES[split])
         return Batch(self._dense[index], self._sparse[index])
 
     def train_dataloader(self) -> DataLoader:
