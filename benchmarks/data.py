@@ -11,13 +11,19 @@ Usage: python benchmarks/data.py [--quick | --full] --json OUT.json   (also writ
   tables, and the same model with FP32 tables);
 - ``--full`` (not in CI; instead of the above): a 45.8M-row Criteo-Kaggle-shaped file
   (11 GB, generated chunk by chunk, deleted afterwards) preprocessed end to end in a fresh
-  process: time, rows/s and peak memory.
+  process (time, rows/s and peak memory), then one epoch of ``ssl-rec fit --config
+  configs/ctr/criteo.yaml`` on it in a fresh process: its wall time (preprocessing with the
+  config's options included), training and validation time, samples/s and peak memory. With
+  ``--epoch_minutes M`` training stops after M minutes and the epoch is extrapolated from
+  that stretch (``kaggle_epoch_extrapolated``: true).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
+import shutil
 import sys
 import tempfile
 import time
@@ -190,32 +196,83 @@ def regular(tmp: Path, small: int, big: int) -> dict:
     return results
 
 
-def full(tmp: Path) -> dict:
+def full(tmp: Path, epoch_minutes: float | None = None) -> dict:
     """The 45.8M-row Criteo-Kaggle-shaped file preprocessed end to end (file then deleted)."""
     t = time.perf_counter()
     kaggle = write_file(tmp / "kaggle.txt", KAGGLE_ROWS, 1.0)
     results = {"kaggle_rows": KAGGLE_ROWS, "kaggle_file_gb": kaggle.stat().st_size / 1e9,
                "kaggle_generate_seconds": time.perf_counter() - t}  # fmt: skip
     rows_s, peak = preprocess_in_child(kaggle, tmp / "ck", KAGGLE_ROWS)
-    kaggle.unlink()
+    shutil.rmtree(tmp / "ck")
     results["kaggle_preprocess_seconds"] = KAGGLE_ROWS / rows_s
     results["kaggle_preprocess_rows_per_s"] = rows_s
     results["kaggle_preprocess_peak_rss_mb"] = peak
+    results.update(kaggle_epoch(kaggle, tmp, epoch_minutes))
+    kaggle.unlink()
     return results
+
+
+def kaggle_epoch(path: Path, tmp: Path, minutes: float | None) -> dict:
+    """One epoch of the shipped Criteo config on ``path``, timed by :class:`EpochClock`.
+
+    ``minutes`` (whole minutes): stop training after that long and extrapolate the epoch's
+    training from the measured stretch (its rate times the epoch's steps); Lightning then
+    skips the epoch's validation, so the hours count training only. ``None``: run the epoch
+    to the end, validation included.
+    """
+    clock = tmp / "epoch_clock.json"
+    extra = ["--trainer.callbacks+={\"class_path\": \"benchmarks._epoch_clock.EpochClock\", "
+             f"\"init_args\": {{\"out\": \"{clock}\"}}}}"]  # fmt: skip
+    if minutes is not None:
+        hours, mins = divmod(int(minutes), 60)
+        extra += ["--trainer.max_time", f"00:{hours:02d}:{mins:02d}:00"]
+    t = time.perf_counter()
+    peak = run_in_fresh_process(fit, ["fit", "--config", "configs/ctr/criteo.yaml", *extra,
+                                      "--data.path", str(path), "--data.cache_dir",
+                                      str(tmp / "fit-cache"), "--trainer.logger", "false",
+                                      "--trainer.enable_progress_bar", "false",
+                                      "--trainer.default_root_dir", str(tmp / "fit-run")],
+                                cwd=ROOT)  # fmt: skip
+    wall = time.perf_counter() - t
+    figures = json.loads(clock.read_text())
+    steps, done = figures["steps_per_epoch"], figures["train_steps"]
+    train = figures["train_seconds"] * (steps / done if figures["stopped_early"] else 1.0)
+    return {
+        "kaggle_epoch_command": "ssl-rec fit --config configs/ctr/criteo.yaml --data.path FILE",
+        "kaggle_epoch_extrapolated": figures["stopped_early"],
+        "kaggle_epoch_fit_wall_seconds": wall,
+        "kaggle_epoch_train_seconds": train,
+        "kaggle_epoch_measured_train_seconds": figures["train_seconds"],
+        "kaggle_epoch_train_steps": done,
+        "kaggle_epoch_steps_per_epoch": steps,
+        "kaggle_epoch_train_samples_per_s": figures["train_samples"] / figures["train_seconds"],
+        "kaggle_epoch_val_seconds": None if figures["stopped_early"] else figures["val_seconds"],
+        "kaggle_epoch_val_samples": figures["val_samples"],
+        "kaggle_epoch_hours": (train + figures["val_seconds"]) / 3600,
+        "kaggle_epoch_peak_rss_mb": peak,
+    }
 
 
 def main() -> None:
     """Parse arguments, run the regular or the ``--full`` measurements, write JSON + PNG."""
     parser = benchmark_parser(__doc__)
     parser.add_argument("--full", action="store_true", help="only the 45.8M-row Kaggle file")
+    parser.add_argument("--epoch_minutes", type=float, default=None,
+                        help="with --full: stop the epoch after this many minutes of training "
+                        "and extrapolate (default: run it to the end)")  # fmt: skip
     args = parser.parse_args()
     if args.quick and args.full:
         parser.error("--quick and --full exclude each other")
+    if args.epoch_minutes is not None and (not args.full or args.epoch_minutes < 10):
+        parser.error("--epoch_minutes needs --full and at least 10 minutes")
     record = Recording(__file__)
     small, big = (200_000, 1_000_000) if args.quick else (2_000_000, 10_000_000)
     results: dict = {"quick": args.quick}
     with tempfile.TemporaryDirectory(dir=os.environ.get("SSL_REC_BENCH_TMP")) as tmp:
-        results.update(full(Path(tmp)) if args.full else regular(Path(tmp), small, big))
+        if args.full:
+            results.update(full(Path(tmp), args.epoch_minutes))
+        else:
+            results.update(regular(Path(tmp), small, big))
     for key, value in results.items():
         print(f"{key:<40}{value}")
     record.write(args.json, results, None if args.full else plot)
