@@ -7,7 +7,10 @@
 2. Samples/s of sharded training (configs/dist/synthetic_int8_row_wise.yaml) with torchrun on
    1 and 2 gloo processes of this machine. Two processes on two shared cores show that the
    sharded path runs and what its communication costs, not how it scales.
-3. The cost model's per-rank memory, all-to-all bytes and predicted step time on 8-128 ranks
+3. Pipelined vs unpipelined sharded steps (the next batch's input dist during the current
+   step) on 2 processes: one model, the same batches, interleaved rounds; the median of the
+   rounds' step-time ratios.
+4. The cost model's per-rank memory, all-to-all bytes and predicted step time on 8-128 ranks
    for the Criteo-Kaggle tables (INT8 + 5% cache, D = 16), planned by ``ssl-rec plan``'s
    planner, with the measured rates.
 """
@@ -29,7 +32,7 @@ import torch
 
 from benchmarks._fresh_process import run_in_fresh_process
 from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
-from benchmarks._scale_out_worker import train_steps
+from benchmarks._scale_out_worker import pipeline_rounds, train_steps
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.distributed.cost_model import KernelRates, TableInfo, default_hit_rate, step_cost
 from ssl_rec.distributed.planner import plan_tables
@@ -104,6 +107,23 @@ def throughput(nproc: int, steps: int, global_batch: int) -> float:
     return result["samples_per_s"]
 
 
+def pipeline_ratio(rounds: int, steps: int, global_batch: int) -> dict:
+    """Step time pipelined / unpipelined on 2 gloo processes: rounds' median ratio."""
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = run_in_fresh_process(pipeline_rounds, str(CONFIG), rounds, steps, global_batch,
+                                  timeout=900, env=env, launcher=torchrun)  # fmt: skip
+    piped, plain = result["pipelined"], result["unpipelined"]
+    ratios = [a / b for a, b in zip(piped, plain, strict=True)]
+    return {"processes": 2, "global_batch": global_batch, "rounds": rounds,
+            "steps_per_round": steps,
+            "ms_per_step_pipelined": 1e3 * statistics.median(piped) / steps,
+            "ms_per_step_unpipelined": 1e3 * statistics.median(plain) / steps,
+            "ratios": ratios, "median_ratio_pipelined_over_unpipelined": statistics.median(ratios),
+            "input_dists_used": result["used"],
+            "input_dists_discarded": result["discarded"]}  # fmt: skip
+
+
 def cost_model(rates: KernelRates, batch_per_rank: int, dense_bytes: int) -> list[dict]:
     spec = TableSpec("int8", 0.05)
     tables = [TableInfo(f"C{i + 1}", rows, 16, spec, default_hit_rate(spec))
@@ -142,7 +162,7 @@ def plot(result: dict) -> Figure:
 
 
 def main() -> None:
-    """Measure the rates and the 1- and 2-process throughput, price 8-128 ranks, write."""
+    """Measure rates, 1-/2-process throughput and the pipelined ratio; price 8-128 ranks."""
     args = benchmark_parser(__doc__.splitlines()[0]).parse_args()
     record = Recording(__file__)
     torch.set_num_threads(1)
@@ -154,6 +174,7 @@ def main() -> None:
     )
     steps, batch = (10, 1024) if args.quick else (30, 2048)
     one, two = throughput(1, steps, batch), throughput(2, steps, batch)
+    pipelined = pipeline_ratio(*((2, 4, 1024) if args.quick else (15, 10, 2048)))
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "rates": rates.to_dict(),
@@ -165,6 +186,7 @@ def main() -> None:
             "samples_per_s_2_processes": two,
             "ratio_2_over_1": two / one,
         },  # fmt: skip
+        "pipelined_steps": pipelined,
         "cost_model": cost_model(rates, 2048, dense_bytes),
     }
     record.write(args.json, result, plot)

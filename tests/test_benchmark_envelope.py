@@ -41,7 +41,7 @@ def test_recorded_result_is_an_envelope(path: Path) -> None:
 def test_every_script_is_in_the_one_list() -> None:
     listed = {b.script for b in BENCHMARKS}
     assert set(scripts()) == listed
-    assert len(scripts()) == 15
+    assert len(scripts()) == 16
     assert len(BY_NAME) == len(BENCHMARKS), "entry names (the JSON stems) must be unique"
 
 

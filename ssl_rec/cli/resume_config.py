@@ -47,11 +47,13 @@ STRUCTURAL_MODEL_KEYS = (
     "backbone.init_args.tables.cache_fraction",
     "backbone.init_args.tables.cache_policy",
     "backbone.init_args.tables.optimizer",
+    "backbone.init_args.tables.column_blocks",
     "backbone.init_args.table_overrides",
     "backbone.init_args.table_overrides.*.precision",
     "backbone.init_args.table_overrides.*.cache_fraction",
     "backbone.init_args.table_overrides.*.cache_policy",
     "backbone.init_args.table_overrides.*.optimizer",
+    "backbone.init_args.table_overrides.*.column_blocks",
     "backbone.init_args.encoder.class_path",
     "backbone.init_args.encoder.init_args.bottom",  # DLRM
     "backbone.init_args.encoder.init_args.top",

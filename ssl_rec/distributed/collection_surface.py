@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from ssl_rec.distributed.state import TableState, load_table_state, save_table_state
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
+from ssl_rec.hardware.column_blocks import expand_ids
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 from ssl_rec.hardware.memory import summarize
 from ssl_rec.hardware.table import EmbeddingTable
@@ -26,7 +27,7 @@ __all__ = ["CollectionSurface"]
 class CollectionSurface:
     """Mixin of the sharded collection: the unsharded collection's methods.
 
-    Needs the sharded module's ``plan``, ``routing``, ``shards`` and ``_pg``.
+    Needs the sharded module's ``plan``, ``routing``, ``shards``, ``ahead`` and ``_pg``.
     """
 
     def _init_surface(self, module: MixedPrecisionEmbeddingCollection) -> None:
@@ -37,9 +38,6 @@ class CollectionSurface:
         self.frozen = bool(module.frozen)
         self.seed = module.group.seed
         self._limits = torch.tensor(self.cardinalities, dtype=torch.int64)
-
-    def prefetch_next(self, ids: torch.Tensor | None, background: bool = True) -> None:
-        """No admission ahead on sharded tables: the next batch's ids are routed at its step."""
 
     @property
     def num_tables(self) -> int:
@@ -81,9 +79,9 @@ class CollectionSurface:
         return self._shard_of(table)
 
     def _table_state(self, table: int) -> TableState:
-        name = self.table_names[table]
-        return TableState(self.cardinalities[table], self.embedding_dim, self.specs[table],
-                          self.plan[name], self._shard_of(table)[0])  # fmt: skip
+        name, spec = self.table_names[table], self.specs[table]
+        rows, width = spec.stored_shape(self.cardinalities[table], self.embedding_dim)
+        return TableState(rows, width, spec, self.plan[name], self._shard_of(table)[0])
 
     # Table controls.
 
@@ -109,7 +107,8 @@ class CollectionSurface:
         if tuple(weight.shape) != (self.cardinalities[table], self.embedding_dim):
             raise ValueError(f"weight shape {tuple(weight.shape)} does not match table {table}")
         if shard is not None:
-            shard.load_float(weight[j::n])
+            stored = self.specs[table].stored_shape(*weight.shape)  # column blocks as rows
+            shard.load_float(weight.reshape(stored)[j::n])
 
     def load_weights(self, weights: Sequence[torch.Tensor]) -> None:
         """Quantize one full float32 ``[R, D]`` weight per table (row-wise quantization)."""
@@ -128,7 +127,13 @@ class CollectionSurface:
             raise IndexError(f"table {table}: ids outside [0, {self.cardinalities[table]})")
         out = torch.zeros(ids.numel(), self.embedding_dim)
         shard, j, n = self._gathered_shard(table)
-        if shard is not None:
+        if shard is not None and self.specs[table].column_blocks > 1:
+            # every id: this shard's column blocks b = j (mod n), per = k / n of them
+            tensors = self.shards.group.tensors([self.shards.tables.index(shard)])
+            per = shard.rows_per_id
+            rows = get_kernels().forward(tensors, expand_ids(ids.reshape(-1, 1), per))
+            out.view(ids.numel(), per, n, -1)[:, :, j] = rows.view(ids.numel(), per, -1)
+        elif shard is not None:
             mine = ids % n == j
             k = self.shards.tables.index(shard)
             local = (ids[mine] // n).reshape(-1, 1).contiguous()
@@ -206,4 +211,7 @@ class CollectionSurface:
         """Cache statistics of this rank's shards (``cache_stats()`` format, local tables)."""
         if self.shards.group is None:
             return {"hit_rate": 0.0, "hits": 0.0, "misses": 0.0, "evictions": 0.0}
-        return self.shards.group.cache_stats()
+        stats = self.shards.group.cache_stats()
+        stats["prefetch_used"] = float(self.ahead.used)  # input dists run ahead, not admissions
+        stats["prefetch_discarded"] = float(self.ahead.discarded)
+        return stats

@@ -3,7 +3,8 @@
 For sizing a cluster before having one. Assumptions (see docs/scale-out.md):
 
 - Every sample holds one id per table. A table's shard on ``n`` ranks serves ``B_global / n``
-  ids per step (cyclic rows spread ids evenly whatever their skew).
+  ids per step (cyclic rows spread ids evenly whatever their skew); a column-wise shard gets
+  every id and serves ``1 / n`` of its values, priced the same.
 - Kernel time per id comes from measured rates (:class:`KernelRates`, one CPU thread):
   a cache hit costs what an FP32 row costs, a miss what the storage precision costs; a
   training step is one forward (admission + lookup) and one backward (fused update).
@@ -105,15 +106,24 @@ class Network:
 
 
 def shard_bytes(table: TableInfo, n: int, j: int) -> int:
-    """Bytes of shard ``j`` of ``n`` of ``table``: store, cache, metadata and optimizer state."""
-    sets = cache_geometry(table.rows, table.spec)
-    report = table_memory(shard_rows(table.rows, n, j), table.dim, table.spec,
+    """Bytes of shard ``j`` of ``n`` of ``table``: store, cache, metadata and optimizer state.
+
+    Of its stored rows (``R * k`` of ``D / k`` with ``k`` column blocks): a row-wise shard
+    or a column-wise one, whose blocks are the stored rows' cyclic split.
+    """
+    rows, dim = table.spec.stored_shape(table.rows, table.dim, f"table {table.name!r}")
+    sets = cache_geometry(rows, table.spec)
+    report = table_memory(shard_rows(rows, n, j), dim, table.spec,
                           sets=sets // n if n > 1 else None)  # fmt: skip
     return report["total_bytes"] + report["optimizer_state"]
 
 
 def shard_seconds(table: TableInfo, n: int, global_batch: int, rates: KernelRates) -> float:
-    """Kernel seconds per training step of one of ``n`` shards of ``table``."""
+    """Kernel seconds per training step of one of ``n`` shards of ``table``.
+
+    A row-wise shard serves ``1 / n`` of the ids, a column-wise one ``1 / n`` of every
+    id's values: both are priced as ``B_global / n`` ids.
+    """
     precision = table.spec.precision.value
     hit = table.hit_rate if table.spec.cached else 0.0
     cached = rates.forward_ns["fp32"] + rates.backward_ns["fp32"]
@@ -155,19 +165,20 @@ def step_cost(
     rows_in = [0.0] * world
     for table in tables:
         placement = placements[table.name]
-        ranks, n = placement.ranks, placement.row_splits
+        ranks, n, column = placement.ranks, placement.row_splits, placement.column_split
         row_bytes = table.dim * network.comm_bytes
         for j, rank in enumerate(ranks):
             memory[rank] += shard_bytes(table, n, j if n > 1 else 0)
             kernel[rank] += shard_seconds(table, n, global_batch, rates)
-            ids_in[rank] += global_batch / n * 8 + global_batch * 4
+            # a column-wise shard gets every id
+            ids_in[rank] += global_batch / (1 if column else n) * 8 + global_batch * 4
             # a replica keeps its rows; backward gathers every rank's gradients
             rows_out[rank] += (batch_per_rank * (world - 1) if placement.replicated
                                else global_batch / n) * row_bytes  # fmt: skip
         # a replicated table's ids go to every rank, one key each
         keys, received = (world, world - 1) if placement.replicated else (n, 1)
         for rank in range(world):
-            ids_out[rank] += batch_per_rank * (8 * keys // n + 4 * keys)
+            ids_out[rank] += batch_per_rank * (8 * (keys if column else keys // n) + 4 * keys)
             rows_in[rank] += batch_per_rank * received * row_bytes
     bandwidth = network.bandwidth_gb_s * 1e9
     ring = 2 * (world - 1) * (network.latency_us * 1e-6 + dense_param_bytes / (world * bandwidth))

@@ -18,7 +18,7 @@ from ssl_rec.hardware.cache import cache_geometry
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable, RowShard
 
-__all__ = ["check_row_split", "shard_rows", "split_table", "table_pieces"]
+__all__ = ["check_column_split", "check_row_split", "shard_rows", "split_table", "table_pieces"]
 
 # The tensors of a table that are split by rows, and those split by cache sets.
 ROW_TENSORS: tuple[str, ...] = ("store", "momentum")
@@ -49,6 +49,35 @@ def check_row_split(name: str, num_rows: int, spec: TableSpec, n: int) -> None:
             "(each shard must hold whole sets to cache what one process would); shard it "
             "table-wise, over a power-of-two number of ranks, or give it more cache rows"
         )
+
+
+def check_column_split(name: str, num_rows: int, spec: TableSpec, n: int) -> None:
+    """Raise ``ValueError`` unless table ``name`` splits column-wise over ``n`` shards exactly.
+
+    Block ``b`` of a table with ``k`` column blocks lives on shard ``b % n``: with the
+    blocks stored as rows ``r * k + b`` (:mod:`~ssl_rec.hardware.column_blocks`), that is the
+    cyclic row split of the ``R * k`` stored rows when ``n`` divides ``k``, exact when the
+    stored rows' cache sets divide by ``n`` (:func:`check_row_split`).
+
+    Args:
+        name: Table name (for the message).
+        num_rows: Rows R of the logical table.
+        spec: Its spec (column blocks, cache geometry).
+        n: Number of shards.
+
+    """
+    k = spec.column_blocks
+    if k == 1:
+        raise ValueError(
+            f"table {name!r}: column_wise needs column blocks (TableSpec.column_blocks > 1), "
+            "it has 1; shard it row_wise or table_wise, or give it column blocks"
+        )
+    if k % n:
+        raise ValueError(
+            f"table {name!r}: its {k} column blocks do not divide among {n} column-wise "
+            f"shards; place it on a number of ranks that divides {k}"
+        )
+    check_row_split(name, num_rows * k, spec, n)
 
 
 def row_shard(num_rows: int, spec: TableSpec, n: int, j: int) -> RowShard:

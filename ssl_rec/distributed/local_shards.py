@@ -2,7 +2,8 @@
 
 The shard-local lookup and fused update of a sharded collection. Table-wise shards see every
 sample of the global batch, so they are looked up together by one kernel call (ids
-``[B, T]``); row-wise shards see a different number of ids each and get one call per shard.
+``[B, T]``, one call per block width with column blocks); row-wise and column-wise shards
+see a different number of ids each and get one call per shard.
 Tables are independent in the kernels, so this grouping never changes a result. One step
 counter serves every shard and advances exactly as the unsharded collection's does (one step
 per training forward and one per backward), so the stochastic-rounding RNG draws the same
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ssl_rec.hardware.column_blocks import block_calls, expand_ids, merge_blocks, split_blocks
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 from ssl_rec.hardware.kernels.table_meta import AdmittedBatch
 from ssl_rec.hardware.table import EmbeddingTable
@@ -23,27 +25,42 @@ __all__ = ["LocalShards", "shard_lookup"]
 
 
 class LocalShards(nn.Module):
-    """The shards one rank owns: whole tables first, then row-wise pieces.
+    """The shards one rank owns: whole tables first, then row-wise and column-wise pieces.
 
     Args:
         tables: This rank's shards, the ``num_whole`` whole tables first.
         num_whole: Shards looked up for every sample of the global batch (table-wise).
         seed: Seed of the stochastic-rounding RNG (the unsharded collection's).
         dim: Embedding dimension D.
+        unit: Values per row of the flat output (default D; it divides D and every column
+            piece's ``D / n``, see :class:`~ssl_rec.distributed.lookup_routing.Routing`).
 
     Attributes:
         step: int64 scalar buffer, the RNG step counter (the unsharded collection's value).
 
     Shape:
-        Lookups return ``float32[B * num_whole + sum(n_k), D]``: the whole tables' rows
-        sample-major (``[B, num_whole, D]`` flattened), then each row-wise shard's ``n_k``.
+        Lookups return ``float32[(B * num_whole * D + sum(n_k * D_k)) / unit, unit]``: the
+        whole tables' rows sample-major (``[B, num_whole, D]`` flattened), then each piece's
+        ``n_k`` ids' values (``D_k = D`` for a row-wise piece, the ``D / n`` of its column
+        blocks for a column-wise one).
 
     """
 
-    def __init__(self, tables: list[EmbeddingTable], num_whole: int, seed: int, dim: int) -> None:
+    def __init__(
+        self,
+        tables: list[EmbeddingTable],
+        num_whole: int,
+        seed: int,
+        dim: int,
+        unit: int | None = None,
+    ) -> None:
         super().__init__()
         self.group = TableGroup(tables, seed) if tables else None
         self.num_whole, self.dim, self.seed = num_whole, dim, seed
+        self.unit = dim if unit is None else unit
+        per_id = [t.rows_per_id for t in tables]
+        self._whole_calls = block_calls(per_id[:num_whole]) if num_whole else []
+        self._piece_per = per_id[num_whole:]
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
 
     @property
@@ -57,18 +74,51 @@ class LocalShards(nn.Module):
         return step
 
     def _calls(self, whole_ids: torch.Tensor, piece_ids: list[torch.Tensor]):
-        """(table indices, int64[n, T] ids) of each kernel call, in output order."""
+        """(table indices, int64[n * per, T] rows, per) of each kernel call, in output order."""
         calls = []
-        if self.num_whole:
-            calls.append((list(range(self.num_whole)), whole_ids))
-        for k, ids in enumerate(piece_ids):
-            calls.append(([self.num_whole + k], ids.reshape(-1, 1)))
+        single = len(self._whole_calls) == 1
+        for tables, per in self._whole_calls:
+            ids = whole_ids if single else whole_ids[:, tables]
+            calls.append((tables, expand_ids(ids, per), per))
+        for k, (ids, per) in enumerate(zip(piece_ids, self._piece_per, strict=True)):
+            calls.append(([self.num_whole + k], expand_ids(ids.reshape(-1, 1), per), per))
         return calls
 
-    def _join(self, outs: list[torch.Tensor]) -> torch.Tensor:
-        if not outs:
-            return torch.zeros(0, self.dim)
-        return torch.cat([o.reshape(-1, self.dim) for o in outs])
+    def _join(self, outs: list[torch.Tensor], batch: int) -> torch.Tensor:
+        """The flat output (see the class's Shape) of each call's float32[n * per, T, d]."""
+        whole, pieces = outs[: len(self._whole_calls)], outs[len(self._whole_calls) :]
+        parts = []
+        if len(whole) == 1:
+            parts.append(merge_blocks(whole[0], self._whole_calls[0][1]))
+        elif whole:
+            rows = torch.empty(batch, self.num_whole, self.dim)
+            for (tables, per), out in zip(self._whole_calls, whole, strict=True):
+                rows[:, tables] = merge_blocks(out, per)
+            parts.append(rows)
+        parts += [merge_blocks(o, p) for o, p in zip(pieces, self._piece_per, strict=True)]
+        if not parts:
+            return torch.zeros(0, self.unit)
+        return torch.cat([p.reshape(-1, self.unit) for p in parts])
+
+    def _split_grad(self, grad: torch.Tensor, whole_ids: torch.Tensor,
+                    piece_ids: list[torch.Tensor]) -> list[torch.Tensor]:  # fmt: skip
+        """Each call's float32[n * per, T, d] gradient of the flat output's ``grad``."""
+        batch = whole_ids.shape[0]
+        sizes = [batch * self.num_whole * self.dim]
+        sizes += [
+            ids.numel() * self.tables[self.num_whole + k].dim * per
+            for k, (ids, per) in enumerate(zip(piece_ids, self._piece_per, strict=True))
+        ]
+        flat = grad.float().reshape(-1).split(sizes)
+        parts = []
+        if self._whole_calls:
+            rows = flat[0].view(batch, self.num_whole, self.dim)
+            single = len(self._whole_calls) == 1
+            for tables, per in self._whole_calls:
+                parts.append(split_blocks(rows if single else rows[:, tables], per))
+        for k, (ids, per) in enumerate(zip(piece_ids, self._piece_per, strict=True)):
+            parts.append(split_blocks(flat[1 + k].view(ids.numel(), 1, -1), per))
+        return parts
 
     @torch.no_grad()
     def lookup(self, whole_ids: torch.Tensor, piece_ids: list[torch.Tensor]) -> torch.Tensor:
@@ -76,13 +126,13 @@ class LocalShards(nn.Module):
 
         Args:
             whole_ids: int64[B, num_whole] local ids of the whole tables.
-            piece_ids: One int64[n_k] of local ids per row-wise shard.
+            piece_ids: One int64[n_k] of local ids per piece (logical ids for column-wise).
 
         """
         kernels = get_kernels()
-        outs = [kernels.forward(self.group.tensors(idx), ids) for idx, ids in
+        outs = [kernels.forward(self.group.tensors(idx), ids) for idx, ids, _ in
                 self._calls(whole_ids, piece_ids)]  # fmt: skip
-        return self._join(outs)
+        return self._join(outs, whole_ids.shape[0])
 
     @torch.no_grad()
     def admit_and_lookup(
@@ -96,12 +146,12 @@ class LocalShards(nn.Module):
         """
         step, kernels = self._next_step(), get_kernels()
         outs, plans = [], []
-        for idx, ids in self._calls(whole_ids, piece_ids):
+        for idx, ids, _ in self._calls(whole_ids, piece_ids):
             tensors = self.group.tensors(idx)
             plan = kernels.admit(tensors, ids, self.seed, step)
             outs.append(kernels.gather(tensors, plan))
             plans.append(plan)
-        return self._join(outs), plans
+        return self._join(outs, whole_ids.shape[0]), plans
 
     @torch.no_grad()
     def apply_update(
@@ -112,13 +162,11 @@ class LocalShards(nn.Module):
         plans: list[AdmittedBatch],
     ) -> None:
         """Fused optimizer step for ``grad`` (laid out as the lookup's output)."""
-        step, kernels, start = self._next_step(), get_kernels(), 0
-        for (idx, ids), plan in zip(self._calls(whole_ids, piece_ids), plans, strict=True):
-            n = ids.numel()
-            part = grad[start : start + n].reshape(ids.shape[0], ids.shape[1], self.dim)
-            kernels.update(self.group.tensors(idx), plan, part.float().contiguous(), self.seed,
-                           step)  # fmt: skip
-            start += n
+        step, kernels = self._next_step(), get_kernels()
+        grads = self._split_grad(grad, whole_ids, piece_ids)
+        calls = self._calls(whole_ids, piece_ids)
+        for (idx, _, _), plan, part in zip(calls, plans, grads, strict=True):
+            kernels.update(self.group.tensors(idx), plan, part.contiguous(), self.seed, step)
 
 
 class _ShardLookup(torch.autograd.Function):
@@ -149,15 +197,16 @@ def shard_lookup(
         train: Admit into the caches and attach the fused update (needs grad mode).
 
     Returns:
-        float32[B * num_whole + sum(n_k), D]; requires grad when training, on every rank
-        (even one without shards), so every rank joins the collectives of backward.
+        The flat rows of :class:`LocalShards` (``[B * num_whole + sum(n_k), D]`` without
+        column-wise pieces); requires grad when training, on every rank (even one without
+        shards), so every rank joins the collectives of backward.
 
     """
     if shards.group is None and not train:
-        return torch.zeros(0, shards.dim)
+        return torch.zeros(0, shards.unit)
     if not (train and torch.is_grad_enabled()):
         return shards.lookup(whole_ids, piece_ids)
     placeholder = torch.empty(0, requires_grad=True)
     if shards.group is None:
-        return placeholder.new_zeros(0, shards.dim) + placeholder.sum()
+        return placeholder.new_zeros(0, shards.unit) + placeholder.sum()
     return _ShardLookup.apply(placeholder, shards, whole_ids, piece_ids, True)

@@ -26,8 +26,9 @@ from ssl_rec.distributed.cost_model import (
     shard_bytes,
     shard_seconds,
 )
-from ssl_rec.distributed.exact_shardings import allowed_types
+from ssl_rec.distributed.exact_shardings import allowed_types, column_shards
 from ssl_rec.distributed.table_placement import (
+    COLUMN_WISE,
     ROW_WISE,
     TABLE_WISE,
     TablePlacement,
@@ -133,13 +134,24 @@ def tables_of(collection: Any, hit_rates: Sequence[float] | None = None) -> list
 def _fixed_plan(
     tables: Sequence[TableInfo], world_size: int, row_wise: bool
 ) -> dict[str, TablePlacement]:
-    """Row-wise where exact (if asked), then whole tables largest first on the lightest rank."""
+    """Split over all ranks where exact (if asked), then whole tables on the lightest rank.
+
+    Split: row-wise, or column-wise for a table with column blocks; whole tables go largest
+    first.
+    """
     plan, load = {}, [0] * world_size
+    everyone = tuple(range(world_size))
     for table in tables:
-        if row_wise and ROW_WISE in allowed_types(table, world_size, world_size):
-            plan[table.name] = TablePlacement(ROW_WISE, tuple(range(world_size)))
-            for j in range(world_size):
-                load[j] += shard_bytes(table, world_size, j)
+        if not row_wise:
+            continue
+        if ROW_WISE in allowed_types(table, world_size, world_size):
+            plan[table.name] = TablePlacement(ROW_WISE, everyone)
+        elif column_shards(table, world_size) == world_size:
+            plan[table.name] = TablePlacement(COLUMN_WISE, everyone)
+        else:
+            continue
+        for j in range(world_size):
+            load[j] += shard_bytes(table, world_size, j)
     rest = [t for t in tables if t.name not in plan]
     for table in sorted(rest, key=lambda t: (-shard_bytes(t, 1, 0), t.name)):
         rank = min(range(world_size), key=lambda r: (load[r], r))

@@ -6,7 +6,8 @@ the library's kernels on this rank's shards (:mod:`~ssl_rec.distributed.local_sh
 their quantized-comm codecs. Gradients come back through the same collectives (divided by
 the world size, matching data-parallel dense layers) into the shards' fused update. Inputs
 and outputs are data parallel: each rank passes its local batch ``int64[B, F]`` and gets
-``float32[B, F, D]``, every rank with the same B.
+``float32[B, F, D]``, every rank with the same B. ``prefetch_next`` pipelines the steps: the
+next batch's input dist runs during the current step (:mod:`~ssl_rec.distributed.input_ahead`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from ssl_rec.distributed.collection_surface import CollectionSurface
 from ssl_rec.distributed.cyclic_layout import split_table
+from ssl_rec.distributed.input_ahead import InputAhead
 from ssl_rec.distributed.local_shards import LocalShards, shard_lookup
 from ssl_rec.distributed.lookup_routing import Routing, SentIds
 from ssl_rec.distributed.replica_grads import keep_local_samples
@@ -74,7 +76,8 @@ class _Assembled(LazyAwaitable[torch.Tensor]):
     def _wait_impl(self) -> torch.Tensor:
         batch = self._ctx.batch
         whole = self._whole.wait() if self._whole is not None else torch.zeros(batch, 0)
-        pieces = self._pieces.wait() if self._pieces is not None else torch.zeros(0, self._dim)
+        unit = self._routing.unit
+        pieces = self._pieces.wait() if self._pieces is not None else torch.zeros(0, unit)
         return self._routing.assemble(whole, pieces, self._ctx.sent, batch, self._dim,
                                       self._ctx.replica_rows)  # fmt: skip
 
@@ -120,7 +123,9 @@ class ShardedMixedPrecisionEmbeddingCollection(
         self._init_surface(module)
         self._pg, world, rank = env.process_group, env.world_size, env.rank
         self.plan = check_plan(plan, self.table_names, self.cardinalities, self.specs, world)
-        self.routing = Routing(self.table_names, self.plan, world, rank)
+        blocks = [spec.column_blocks for spec in self.specs]
+        self.routing = Routing(self.table_names, self.plan, world, rank, self.embedding_dim,
+                               blocks)  # fmt: skip
         own = module.group.tables
         init = (module.init_std, self.seed)
         # A declared (meta) table is allocated here: this rank's rows only.
@@ -128,10 +133,12 @@ class ShardedMixedPrecisionEmbeddingCollection(
                   for t in self.routing.whole[rank]]  # fmt: skip
         tables += [split_table(own[t], 1, 0, init) for t in self.routing.replicated]
         tables += [split_table(own[t], n, j, init) for t, j, n in self.routing.pieces[rank]]
-        shards = LocalShards(tables, self.routing.num_full, self.seed, self.embedding_dim)
+        shards = LocalShards(tables, self.routing.num_full, self.seed, self.embedding_dim,
+                             self.routing.unit)  # fmt: skip
         shards.step.copy_(module.group.step)
         self.__dict__["shards"] = shards  # not a submodule: see the class docstring
         self.comms = self._build_comms(world)
+        self.ahead = InputAhead()
 
     def _build_comms(self, world: int) -> _Comms:
         codecs = self.qcomm_codecs_registry or {}
@@ -179,20 +186,20 @@ class ShardedMixedPrecisionEmbeddingCollection(
             dist_input.values(), dist_input.lengths(), global_batch
         )
         full = self.routing.num_full
-        ctx.piece_lengths = dist_input.lengths()[full * global_batch :].view(-1, global_batch)
+        ctx.piece_lengths = self.routing.piece_lengths(dist_input.lengths(), global_batch)
         train = self.training and not self.frozen
         rows = shard_lookup(self.shards, full_ids, piece_ids, train)
         if not self.routing.replicated:
             return rows
         # Replicas: this rank keeps its samples' rows; only the whole tables' rows travel.
         dim, num_whole = self.embedding_dim, len(self.routing.whole[self.routing.rank])
-        full_rows, piece_rows = rows.split(
-            [global_batch * full, rows.shape[0] - global_batch * full]
-        )
-        full_rows = full_rows.view(global_batch, full, dim)
+        full_units = global_batch * full * self.routing.units_per_row
+        full_rows, piece_rows = rows.split([full_units, rows.shape[0] - full_units])
+        full_rows = full_rows.reshape(global_batch, full, dim)
         ctx.replica_rows = keep_local_samples(full_rows[:, num_whole:], self._pg,
                                               self.routing.rank, world)  # fmt: skip
-        return torch.cat([full_rows[:, :num_whole].reshape(-1, dim), piece_rows])
+        unit = self.routing.unit
+        return torch.cat([full_rows[:, :num_whole].reshape(-1, unit), piece_rows])
 
     def output_dist(
         self, ctx: ShardedLookupContext, output: torch.Tensor
@@ -200,9 +207,8 @@ class ShardedMixedPrecisionEmbeddingCollection(
         """Return every row to the rank whose sample asked for it."""
         global_batch = ctx.batch * self.routing.world_size
         num_whole = len(self.routing.whole[self.routing.rank])
-        whole_part, piece_part = output.split(
-            [global_batch * num_whole, output.shape[0] - global_batch * num_whole]
-        )
+        whole_units = global_batch * num_whole * self.routing.units_per_row
+        whole_part, piece_part = output.split([whole_units, output.shape[0] - whole_units])
         whole = pieces = None
         if self.comms.whole is not None:
             local = whole_part.reshape(global_batch, num_whole * self.embedding_dim)
@@ -213,11 +219,40 @@ class ShardedMixedPrecisionEmbeddingCollection(
                                        output_splits=ctx.received)  # fmt: skip
         return _Assembled(whole, pieces, self.routing, ctx, self.embedding_dim)
 
+    def prefetch_next(self, ids: torch.Tensor | None, background: bool = True) -> None:
+        """Start the input dist of ``ids`` int64[B, F] during the next training forward.
+
+        The forward after that one then uses the ids received ahead if it looks up exactly
+        these ids (on every rank), else it runs its own input dist; results are the same
+        either way. Call it on every rank at the same point of the step (``None`` on a rank
+        without a next batch). Ids out of range are not started (their forward reports them).
+        ``background`` is accepted for the unsharded signature: the all-to-all always runs
+        on the process group's threads.
+        """
+        if ids is not None:
+            if ids.dim() != 2 or ids.shape[1] != self.num_tables:
+                raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {self.num_tables}]")
+            ids = ids.to(torch.int64).contiguous().clone()
+            if bool(((ids < 0) | (ids >= self._limits)).any()):
+                ids = None
+        self.ahead.schedule(ids)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up one id per field: ``int64[B, F]`` -> ``float32[B, F, D]`` (a collective)."""
-        ctx = self.create_context()
-        dist_input = self.input_dist(ctx, ids).wait().wait()
-        return self.compute_and_output_dist(ctx, dist_input).wait()
+        ctx, reused, upcoming = self.create_context(), None, None
+        if self.training and torch.is_grad_enabled():
+            reused, upcoming = self.ahead.settle(ids, self._pg)
+        if reused is not None:
+            ctx, dist_input = reused
+        else:
+            dist_input = self.input_dist(ctx, ids).wait().wait()
+        if upcoming is not None:  # the splits' all-to-all runs beside this step's lookup
+            next_ctx = self.create_context()
+            splits = self.input_dist(next_ctx, upcoming)
+        out = self.compute_and_output_dist(ctx, dist_input)
+        if upcoming is not None:  # the ids' all-to-all runs beside the dense layers
+            self.ahead.hold(upcoming, next_ctx, splits.wait())
+        return out.wait()
 
     def local_shards(self) -> list[Any]:
         """This rank's shard tables (whole tables first)."""

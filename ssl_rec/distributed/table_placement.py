@@ -4,7 +4,9 @@ A placement names the ranks that hold a table. One rank holds a whole table
 (``table_wise``); several ranks split its rows cyclically (``row_wise`` over every rank,
 ``table_row_wise`` over the ranks of one host); every rank holds a replica of a small table
 (``data_parallel``: each rank looks up the global batch and applies the same fused update, so
-the replicas stay bit-identical). Plans are plain data (JSON/YAML), with no
+the replicas stay bit-identical); a table with ``k`` column blocks can put block ``b`` on
+rank ``ranks[b % n]`` (``column_wise``, ``n`` dividing ``k``: the cyclic row split of its
+``[R * k, D / k]`` stored rows). Plans are plain data (JSON/YAML), with no
 TorchRec import; :mod:`ssl_rec.distributed.sharder` turns them into TorchRec's
 ``ParameterSharding``.
 """
@@ -16,14 +18,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ssl_rec.distributed.cyclic_layout import check_row_split
+from ssl_rec.distributed.cyclic_layout import check_column_split, check_row_split
 from ssl_rec.hardware.spec import TableSpec
 
 TABLE_WISE, ROW_WISE, TABLE_ROW_WISE = "table_wise", "row_wise", "table_row_wise"
-DATA_PARALLEL = "data_parallel"
-SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)
+DATA_PARALLEL, COLUMN_WISE = "data_parallel", "column_wise"
+SHARDING_TYPES: tuple[str, ...] = (TABLE_WISE, ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL,
+                                   COLUMN_WISE)  # fmt: skip
 
 __all__ = [
+    "COLUMN_WISE",
     "DATA_PARALLEL",
     "ROW_WISE",
     "SHARDING_TYPES",
@@ -43,10 +47,12 @@ class TablePlacement:
 
     Args:
         sharding_type: ``table_wise`` (one rank), ``row_wise`` (all ranks) or
-            ``table_row_wise`` (the ranks of one host), rows split cyclically; or
-            ``data_parallel`` (a whole replica on every rank).
+            ``table_row_wise`` (the ranks of one host), rows split cyclically;
+            ``data_parallel`` (a whole replica on every rank); or ``column_wise`` (a table
+            with ``k`` column blocks, block ``b`` on shard ``b % n``, ``n`` dividing ``k``).
         ranks: Ranks holding the table, in shard order (shard ``j`` holds rows ``g`` with
-            ``g % len(ranks) == j``); every rank ``0..W-1`` for ``data_parallel``.
+            ``g % len(ranks) == j``, or the column blocks ``b`` with ``b % len(ranks) == j``);
+            every rank ``0..W-1`` for ``data_parallel``.
 
     Example:
         >>> TablePlacement("row_wise", (0, 1)).num_shards
@@ -78,6 +84,11 @@ class TablePlacement:
     def replicated(self) -> bool:
         """Whether every rank holds the whole table (``data_parallel``)."""
         return self.sharding_type == DATA_PARALLEL
+
+    @property
+    def column_split(self) -> bool:
+        """Whether the table's column blocks are split over the ranks (``column_wise``)."""
+        return self.sharding_type == COLUMN_WISE
 
     @property
     def row_splits(self) -> int:
@@ -155,7 +166,14 @@ def check_plan(
                 f"table {name!r}: a data_parallel table is replicated on every rank, in order "
                 f"(ranks {list(range(world_size))}), got {list(placement.ranks)}"
             )
-        if placement.row_splits > 1:
+        if placement.column_split:
+            check_column_split(name, num_rows, spec, placement.num_shards)
+        elif placement.row_splits > 1:
+            if spec.column_blocks > 1:
+                raise ValueError(
+                    f"table {name!r} has {spec.column_blocks} column blocks: shard it "
+                    f"column_wise, table_wise or data_parallel, not {placement.sharding_type}"
+                )
             check_row_split(name, num_rows, spec, placement.num_shards)
         ordered[name] = dataclasses.replace(placement)
     return ordered

@@ -33,9 +33,14 @@ from ssl_rec.distributed.cost_model import (
     shard_bytes,
     shard_seconds,
 )
-from ssl_rec.distributed.exact_shardings import allowed_types
+from ssl_rec.distributed.exact_shardings import allowed_types, column_shards
 from ssl_rec.distributed.sharder import MixedPrecisionCollectionSharder
-from ssl_rec.distributed.table_placement import DATA_PARALLEL, TablePlacement
+from ssl_rec.distributed.table_placement import (
+    COLUMN_WISE,
+    DATA_PARALLEL,
+    TABLE_WISE,
+    TablePlacement,
+)
 
 __all__ = ["PlanningStub", "torchrec_plan"]
 
@@ -110,11 +115,32 @@ class _NoReplicaSpecWarning(logging.Filter):
         return not record.getMessage().startswith("Sharding spec not found for")
 
 
+def _constraints(table: TableInfo, world_size: int, local: int) -> ParameterConstraints:
+    """The table's exact shardings; a column-wise split into :func:`column_shards` shards."""
+    types = allowed_types(table, world_size, local)
+    n = column_shards(table, world_size) if COLUMN_WISE in types else 0
+    # TorchRec cuts D into shards of min_partition columns (block b of n on shard b % n
+    # here, columns b * D / n there: the same bytes and work per shard).
+    return ParameterConstraints(sharding_types=types, min_partition=table.dim // n if n else None)
+
+
+def _placement(table: TableInfo, sharding_type: str, ranks: list[int]) -> TablePlacement:
+    """The library's placement of TorchRec's choice for ``table``.
+
+    TorchRec's partitioner may put several column shards of a table on one rank; the
+    library's column-wise split needs distinct ranks, so such a table goes whole to the
+    rank holding most of its shards (the same bytes there, less on the others).
+    """
+    if sharding_type != COLUMN_WISE or len(set(ranks)) == len(ranks):
+        return TablePlacement(sharding_type, tuple(ranks))
+    busiest = max(sorted(set(ranks)), key=ranks.count)
+    return TablePlacement(TABLE_WISE, (busiest,))
+
+
 def _plan_once(tables, world_size, local, rates, batch, capacity) -> dict[str, TablePlacement]:
     topology = Topology(world_size=world_size, compute_device="cuda", hbm_cap=capacity,
                         ddr_cap=0, local_world_size=local)  # fmt: skip
-    constraints = {t.name: ParameterConstraints(sharding_types=allowed_types(t, world_size, local))
-                   for t in tables}  # fmt: skip
+    constraints = {t.name: _constraints(t, world_size, local) for t in tables}
     estimator = _LibraryEstimator(tables, rates, batch * world_size)
     planner = EmbeddingShardingPlanner(
         topology=topology,
@@ -134,8 +160,8 @@ def _plan_once(tables, world_size, local, rates, batch, capacity) -> dict[str, T
         module_plan = planner.plan(root, [_StubSharder()]).get_plan_for_module(_PATH)
     finally:
         logging.getLogger().removeFilter(quiet)
-    return {t.name: TablePlacement(module_plan[t.name].sharding_type,
-                                   tuple(module_plan[t.name].ranks)) for t in tables}  # fmt: skip
+    return {t.name: _placement(t, module_plan[t.name].sharding_type,
+                               list(module_plan[t.name].ranks)) for t in tables}  # fmt: skip
 
 
 def torchrec_plan(

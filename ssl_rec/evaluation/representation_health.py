@@ -112,7 +112,7 @@ def representation_health(
         for batch in batches:
             plain.append(backbone(batch).pooled.float())
             for views in (first, second):
-                # views.random_field_mask draws the same way; evaluation sits below views in the layers
+                # drawn as views.random_field_mask draws (evaluation sits below views)
                 mask = torch.rand(*batch.sparse.shape, generator=gen, device=_CPU) < mask_prob
                 views.append(
                     backbone(batch, field_mask=mask.to(batch.sparse.device)).pooled.float()

@@ -117,8 +117,9 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
     def _tables(self, meta: bool) -> list[EmbeddingTable]:
         tables = []
         for i, (rows, spec) in enumerate(zip(self.cardinalities, self.specs, strict=True)):
-            table = EmbeddingTable(rows, self.embedding_dim, spec, stream=i,
-                                   name=self.table_names[i], meta=meta)  # fmt: skip
+            name = self.table_names[i]
+            stored_rows, width = spec.stored_shape(rows, self.embedding_dim, f"table {name!r}")
+            table = EmbeddingTable(stored_rows, width, spec, stream=i, name=name, meta=meta)
             if not meta:
                 table.init_normal(self.init_std, self._seed)
             tables.append(table)

@@ -50,7 +50,8 @@ class MixedPrecisionEmbedding(nn.Module):
         store_path: str | None = None,
     ) -> None:
         super().__init__()
-        table = EmbeddingTable(num_embeddings, embedding_dim, spec, stream=0, store_path=store_path)
+        rows, width = spec.stored_shape(num_embeddings, embedding_dim, "MixedPrecisionEmbedding")
+        table = EmbeddingTable(rows, width, spec, stream=0, store_path=store_path)
         table.init_normal(init_std, seed)
         self.group = TableGroup([table], seed)
         self.num_embeddings, self.embedding_dim, self.spec = num_embeddings, embedding_dim, spec

@@ -35,8 +35,8 @@ def table_memory(
     it, as is ``fp32_bytes = R * D * 4``, the plain FP32 table.
 
     Args:
-        num_rows: Rows R.
-        dim: Embedding dimension D.
+        num_rows: Rows R as stored (``R * k`` for a table with ``k`` column blocks).
+        dim: Width of the stored rows (``D / k`` with ``k`` column blocks).
         spec: Storage spec.
         sets: Cache sets (default: ``cache_geometry(num_rows, spec)``; a row-wise shard holds
             its share of the logical table's sets).
@@ -111,4 +111,5 @@ def estimate_memory(
         specs = [specs] * len(cardinalities)
     if len(specs) != len(cardinalities):
         raise ValueError(f"len(specs)={len(specs)} != len(cardinalities)={len(cardinalities)}")
-    return summarize([table_memory(r, dim, s) for r, s in zip(cardinalities, specs, strict=True)])
+    pairs = zip(cardinalities, specs, strict=True)
+    return summarize([table_memory(*s.stored_shape(r, dim), s) for r, s in pairs])

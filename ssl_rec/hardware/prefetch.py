@@ -21,6 +21,20 @@ from ssl_rec.hardware.kernels.table_meta import AdmittedBatch
 __all__ = ["AdmissionQueue"]
 
 
+def _plan_dict(plan: AdmittedBatch | tuple[AdmittedBatch, ...]) -> dict[str, Any]:
+    """Plain form of a plan (a tuple of plans for tables with column blocks)."""
+    if isinstance(plan, AdmittedBatch):
+        return plan._asdict()
+    return {"calls": [part._asdict() for part in plan]}
+
+
+def _plan_from(state: dict[str, Any]) -> AdmittedBatch | tuple[AdmittedBatch, ...]:
+    """Inverse of :func:`_plan_dict`."""
+    if "calls" in state:
+        return tuple(AdmittedBatch(**part) for part in state["calls"])
+    return AdmittedBatch(**state)
+
+
 class AdmissionQueue:
     """At most one admission in flight, and the plans still waiting for their backward.
 
@@ -112,15 +126,15 @@ class AdmissionQueue:
             return None
         ids, plan = self._ahead
         index = next((i for i, p in enumerate(self.pending) if p is plan), None)
-        return {"ids": ids, "plan": plan._asdict(), "pending_index": index,
-                "pending": [p._asdict() for p in self.pending]}  # fmt: skip
+        return {"ids": ids, "plan": _plan_dict(plan), "pending_index": index,
+                "pending": [_plan_dict(p) for p in self.pending]}  # fmt: skip
 
     def restore_ahead(self, state: dict[str, Any]) -> None:
         """Take back an :meth:`ahead_state`: its plan is used by the forward of its ids."""
         self.wait()
-        pending = [AdmittedBatch(**p) for p in state["pending"]]
+        pending = [_plan_from(p) for p in state["pending"]]
         index = state["pending_index"]
-        plan = AdmittedBatch(**state["plan"]) if index is None else pending[index]
+        plan = _plan_from(state["plan"]) if index is None else pending[index]
         self.pending, self._ahead = pending, (state["ids"], plan)
 
     def discard(self) -> None:

@@ -49,6 +49,12 @@ class TableSpec:
             gradient before the SGD or row-wise Adagrad step, as FBGEMM's
             ``weight_decay_mode`` L2 does. Lazy: rows the batch does not look up (or whose
             gradient is exactly zero) do not decay. ``0`` is the plain optimizer.
+        column_blocks: Column blocks ``k`` of each row, ``>= 1``: the ``D`` values of a row
+            are stored as ``k`` blocks of ``D / k``, each quantized (scale and bias), cached
+            and given a row-wise Adagrad state of its own; the table is kept as an
+            ``[R * k, D / k]`` table (logical row ``r``, block ``b`` -> row ``r * k + b``).
+            ``D`` must divide by ``k``. Blocks let ``column_wise`` sharding put a table's
+            columns on several ranks (docs/scale-out.md). ``1`` is the plain table.
 
     Example:
         >>> TableSpec(precision="int8", cache_fraction=0.05).cache_policy
@@ -66,6 +72,7 @@ class TableSpec:
     store_dir: str | None = None
     admission_count: int = 2
     weight_decay: float = 0.0
+    column_blocks: int = 1
 
     def __post_init__(self) -> None:
         owner = "TableSpec"
@@ -77,6 +84,8 @@ class TableSpec:
         check_choice(owner, "optimizer", self.optimizer, OPTIMIZERS)
         count = check_at_least(owner, "admission_count", self.admission_count)
         object.__setattr__(self, "admission_count", count)
+        blocks = check_at_least(owner, "column_blocks", self.column_blocks)
+        object.__setattr__(self, "column_blocks", blocks)
         if not (0.0 <= self.cache_fraction <= 1.0):
             raise ValueError(
                 f"TableSpec.cache_fraction must be in [0, 1], got {self.cache_fraction}"
@@ -97,12 +106,43 @@ class TableSpec:
             )
 
     def to_dict(self) -> dict:
-        """Plain-value form (precision as its name), the inverse of ``TableSpec(**d)``."""
-        return {**dataclasses.asdict(self), "precision": self.precision.value}
+        """Plain-value form (precision as its name), the inverse of ``TableSpec(**d)``.
 
-    def layout(self) -> tuple[str, float, str, str]:
-        """What shapes the table's tensors: precision, cache fraction and policy, optimizer."""
-        return (self.precision.value, self.cache_fraction, self.cache_policy, self.optimizer)
+        ``column_blocks`` is left out at its default 1, so an unblocked table's saved spec is
+        the one written before column blocks existed.
+        """
+        out = {**dataclasses.asdict(self), "precision": self.precision.value}
+        if self.column_blocks == 1:
+            del out["column_blocks"]
+        return out
+
+    def layout(self) -> tuple[str, float, str, str, int]:
+        """What shapes the tensors: precision, cache fraction, policy, optimizer, blocks."""
+        return (self.precision.value, self.cache_fraction, self.cache_policy, self.optimizer,
+                self.column_blocks)  # fmt: skip
+
+    def stored_shape(self, num_rows: int, dim: int, name: str = "table") -> tuple[int, int]:
+        """Rows and width ``(R * k, D / k)`` the kernels see for a logical ``[R, D]`` table.
+
+        Raises:
+            ValueError: ``dim`` does not divide by ``column_blocks`` (names ``name``), or a
+                block is narrower than the storage format allows.
+
+        """
+        k = self.column_blocks
+        if dim % k:
+            raise ValueError(
+                f"{name}: embedding_dim {dim} does not divide into column_blocks={k} "
+                "(TableSpec.column_blocks must divide D)"
+            )
+        if k > 1:
+            try:
+                self.precision.check_dim(dim // k)
+            except ValueError as err:
+                raise ValueError(
+                    f"{name}: column_blocks={k} blocks of width {dim // k}: {err}"
+                ) from None
+        return num_rows * k, dim // k
 
     @property
     def cached(self) -> bool:

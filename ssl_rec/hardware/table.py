@@ -78,8 +78,9 @@ class EmbeddingTable(TracksReplacement):
     """One table: low-precision store, optional FP32 cache, row-wise optimizer state.
 
     Args:
-        num_rows: Rows R (local to this shard).
-        dim: Embedding dimension D.
+        num_rows: Rows R (local to this shard); ``R * k`` for a logical ``[R, D]`` table with
+            ``k = spec.column_blocks`` (see :mod:`~ssl_rec.hardware.column_blocks`).
+        dim: Width of the stored rows: the embedding dimension D, ``D / k`` with blocks.
         spec: Storage, cache and optimizer choice.
         stream: RNG stream id (the global table index).
         store_path: Memory-map the store to this file (created or overwritten) instead of RAM
@@ -120,6 +121,12 @@ class EmbeddingTable(TracksReplacement):
         self.num_rows, self.dim, self.spec = num_rows, dim, spec
         if shard.offset < 0 or shard.stride < 1:
             raise ValueError(f"shard {shard} needs offset >= 0 and stride >= 1")
+        if spec.column_blocks > 1 and (spec.column_blocks % shard.stride or num_rows % (
+                spec.column_blocks // shard.stride)):  # fmt: skip
+            raise ValueError(
+                f"table {name or stream!r}: a table with column_blocks={spec.column_blocks} "
+                f"holds whole blocks of its rows (got {num_rows} rows, shard {shard})"
+            )
         self.stream, self.shard = stream, shard
         self.name = f"stream {stream}" if name is None else name
         self.row_offset, self.row_stride = shard.offset, shard.stride
@@ -143,6 +150,16 @@ class EmbeddingTable(TracksReplacement):
         sets = shard.cache_sets
         with allocating(self.name, "cache", table_memory(num_rows, dim, spec, sets)["cache_rows"]):
             self.cache = RowCache(num_rows, dim, spec, sets=sets)
+
+    @property
+    def rows_per_id(self) -> int:
+        """Rows a lookup reads per id: the column blocks this table holds of a logical row.
+
+        ``k`` for a whole table with ``k`` column blocks, ``k / n`` for a column-wise shard
+        of ``n`` (its local rows ``id * k / n + i``), 1 for an unblocked table or row shard.
+        """
+        k = self.spec.column_blocks
+        return k // self.row_stride if k > 1 else 1
 
     @property
     def declared(self) -> bool:
@@ -170,13 +187,18 @@ class EmbeddingTable(TracksReplacement):
         if last >= total:
             raise ValueError(f"table {self.name!r}: shard rows reach {last}, table has {total}")
         gen = torch.Generator().manual_seed(seed * 1_000_003 + self.stream)
+        # A blocked table draws whole logical rows (k blocks each), in the chunks of an
+        # unblocked table: its initial values are the unblocked table's, cut into blocks.
+        k = self.spec.column_blocks
+        chunk = INIT_CHUNK_ROWS * k
         # One chunk buffer for all chunks: a fresh one per chunk would leave the allocator's
         # heap grown by several chunks, which a tight memory limit then refuses to a store.
-        buffer = torch.empty(min(INIT_CHUNK_ROWS, total), self.dim)
+        buffer = torch.empty(min(chunk, total) // k, self.dim * k)
         fp32 = self.spec.precision is Precision.fp32  # (quantize_rows would copy FP32 rows)
-        for start in range(0, last + 1, INIT_CHUNK_ROWS):
-            n = min(INIT_CHUNK_ROWS, total - start)
-            rows = torch.randn(n, self.dim, generator=gen, out=buffer[:n]).mul_(std)
+        for start in range(0, last + 1, chunk):
+            n = min(chunk, total - start)
+            rows = torch.randn(n // k, self.dim * k, generator=gen, out=buffer[: n // k])
+            rows = rows.mul_(std).view(n, self.dim)
             first = max(0, -(-(start - offset) // stride))  # first local row in this chunk
             # (a view of the chunk for a whole table: contiguous() then copies nothing)
             rows = rows[offset + first * stride - start :: stride][: self.num_rows - first]
@@ -187,7 +209,13 @@ class EmbeddingTable(TracksReplacement):
 
     @torch.no_grad()
     def load_float(self, weight: torch.Tensor) -> None:
-        """Quantize float32[R, D] weights (to nearest) into the store; empties the cache."""
+        """Quantize float32[R, D] weights (to nearest) into the store; empties the cache.
+
+        A whole table with column blocks also takes its logical ``[R / k, D * k]`` rows.
+        """
+        per = self.rows_per_id
+        if per > 1 and tuple(weight.shape) == (self.num_rows // per, self.dim * per):
+            weight = weight.reshape(self.num_rows, self.dim)
         if tuple(weight.shape) != (self.num_rows, self.dim):
             raise ValueError(f"weight shape {tuple(weight.shape)} != ({self.num_rows}, {self.dim})")
         for start in range(0, self.num_rows, INIT_CHUNK_ROWS):

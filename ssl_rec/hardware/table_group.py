@@ -9,7 +9,9 @@ placeholder that requires grad, as FBGEMM does, so autograd calls its backward; 
 runs ``update`` on the forward's plan (per-row gradient sum, optimizer step, FP32 cache write
 or stochastically rounded store write) and returns no gradient: no dense gradient of a
 table is ever materialised. ``prefetch`` admits the next batch ahead, on a helper thread,
-while the current batch's dense layers run (see ``prefetch.py``).
+while the current batch's dense layers run (see ``prefetch.py``). Tables with column blocks
+are looked up by one call per block width (``column_blocks.py``); a batch's plan is then one
+``AdmittedBatch`` per call.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware import buffer_epoch
+from ssl_rec.hardware.column_blocks import block_calls, expand_ids, merge_blocks, split_blocks
 from ssl_rec.hardware.kernels.compiled import CompiledKernels
 from ssl_rec.hardware.kernels.dispatch import get_kernels, require_training_kernels
 from ssl_rec.hardware.kernels.table_meta import AdmittedBatch, TableTensors
@@ -57,7 +60,8 @@ class TableGroup(nn.Module):
     """Tables sharing one kernel call, one RNG seed and one step counter.
 
     Args:
-        tables: The tables, all of the same dimension D.
+        tables: The tables, all of one logical dimension D (stored ``D / k`` wide with ``k``
+            column blocks).
         seed: Seed of the stochastic-rounding RNG.
 
     Attributes:
@@ -74,16 +78,23 @@ class TableGroup(nn.Module):
 
     def __init__(self, tables: list[EmbeddingTable], seed: int) -> None:
         super().__init__()
-        dims = {t.dim for t in tables}
+        dims = {t.dim * t.spec.column_blocks for t in tables}
         if len(dims) != 1:
             raise ValueError(f"all tables of a group need one embedding_dim, got {sorted(dims)}")
+        self.dim = dims.pop()
+        per_id = [t.rows_per_id for t in tables]
+        # None: one kernel call for all tables (no column blocks), the plain path.
+        self._calls = block_calls(per_id) if max(per_id) > 1 else None
+        self._per_id = per_id
+        self._kept_calls: dict[int, tuple[tuple, TableTensors]] = {}
         self.tables = nn.ModuleList(tables)
         self.seed = seed
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
         self._meta = torch.tensor([t.meta_row() for t in tables], dtype=torch.int64)
         hp = [[t.spec.learning_rate, t.spec.eps, t.spec.weight_decay] for t in tables]
         self._hparams = torch.tensor(hp, dtype=torch.float32)
-        self._limits = torch.tensor([t.num_rows for t in tables], dtype=torch.int64)
+        limits = [t.num_rows // per for t, per in zip(tables, per_id, strict=True)]
+        self._limits = torch.tensor(limits, dtype=torch.int64)
         self._low_precision = any(t.spec.precision is not Precision.fp32 for t in tables)
         self.queue = AdmissionQueue()
         self._scheduled: tuple[torch.Tensor, bool] | None = None
@@ -94,10 +105,11 @@ class TableGroup(nn.Module):
 
     def __getstate__(self) -> dict:
         # The kept view holds a compiled handle, which neither pickles nor deep-copies.
-        return {**super().__getstate__(), "_kept_tensors": None}
+        return {**super().__getstate__(), "_kept_tensors": None, "_kept_calls": {}}
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202 - nn.Module's signature
         self._kept_tensors = None  # let the old tensors go before new ones are made
+        self._kept_calls = {}
         return super()._apply(fn, recurse)
 
     def tensors(self, tables: list[int] | None = None) -> TableTensors:
@@ -120,6 +132,25 @@ class TableGroup(nn.Module):
             t = kernels.bind(t)
         self._kept_tensors = (key, t)
         return t
+
+    def _call_view(self, kernels: ModuleType | CompiledKernels, call: int) -> TableTensors:
+        """The kept view of the tables of call ``call`` (see :meth:`_kernel_view`)."""
+        key = (buffer_epoch.current(), kernels, tuple(self.tables._modules.values()))
+        kept = self._kept_calls.get(call)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        t = self._build_tensors(self._calls[call][0])
+        if isinstance(kernels, CompiledKernels):
+            t = kernels.bind(t)
+        self._kept_calls[call] = (key, t)
+        return t
+
+    def _combine(self, outs: list[torch.Tensor], batch: int) -> torch.Tensor:
+        """float32[B, T, D] from each call's float32[B * per, T_c, D / per] output."""
+        out = torch.empty(batch, len(self._per_id), self.dim)
+        for (tables, per), rows in zip(self._calls, outs, strict=True):
+            out[:, tables] = merge_blocks(rows, per)
+        return out
 
     def _build_tensors(self, tables: list[int] | None) -> TableTensors:
         # The buffer dicts, not module attributes: ``nn.Module.__getattr__`` costs about a
@@ -176,23 +207,48 @@ class TableGroup(nn.Module):
         """Current values (cache if cached, else store): float32[B, T, D], no side effects."""
         self.wait()
         kernels = get_kernels()
-        return kernels.forward(self._kernel_view(kernels), ids)
+        if self._calls is None:
+            return kernels.forward(self._kernel_view(kernels), ids)
+        self.check_ids(ids)
+        outs = [kernels.forward(self._call_view(kernels, c), expand_ids(ids[:, tables], per))
+                for c, (tables, per) in enumerate(self._calls)]  # fmt: skip
+        return self._combine(outs, ids.shape[0])
 
     def _training_kernels(self):
         if self._low_precision:
             return require_training_kernels("low-precision embedding tables")
         return get_kernels()
 
+    def _admit_calls(
+        self,
+        kernels: ModuleType | CompiledKernels,
+        ids: torch.Tensor,
+        step: int,
+        locks: list,
+        parallel: bool,
+    ) -> AdmittedBatch | tuple[AdmittedBatch, ...]:
+        """The plan of ids int64[B, T]: one AdmittedBatch, or one per call with blocks."""
+        if self._calls is None:
+            return kernels.admit(self._kernel_view(kernels), ids, self.seed, step, locks,
+                                 parallel)  # fmt: skip
+        return tuple(
+            kernels.admit(self._call_view(kernels, c), expand_ids(ids[:, tables], per),
+                          self.seed, step, [lock[c] for lock in locks], parallel)
+            for c, (tables, per) in enumerate(self._calls)
+        )  # fmt: skip
+
     def admit(self, ids: torch.Tensor, parallel: bool = True) -> AdmittedBatch:
         """Admit ids int64[B, T] into the caches now: the :class:`AdmittedBatch` of the batch.
 
-        Rows of plans still waiting for their backward stay cached (locked).
+        Rows of plans still waiting for their backward stay cached (locked). With column
+        blocks the plan is a tuple of one ``AdmittedBatch`` per kernel call.
         """
         self.wait()
         kernels = self._training_kernels()
         step = int(self.step)  # taken only once the kernels accept the batch
-        view = self._kernel_view(kernels)
-        plan = kernels.admit(view, ids, self.seed, step, self.queue.pending, parallel)
+        if self._calls is not None:
+            self.check_ids(ids)  # before any call changes a cache
+        plan = self._admit_calls(kernels, ids, step, self.queue.pending, parallel)
         self.step.add_(1)  # in place: no Module.__setattr__ per step
         self.queue.add_pending(plan)
         return plan
@@ -208,14 +264,15 @@ class TableGroup(nn.Module):
         ids = self._prefetch_ids(ids)
         self.wait()
         kernels = self._training_kernels()
-        step, tensors, locks = (
-            self._next_step(),
-            self._kernel_view(kernels),
-            list(self.queue.pending),
-        )
+        step, locks = self._next_step(), list(self.queue.pending)
+        if self._calls is None:
+            self._kernel_view(kernels)  # built here, not on the helper thread
+        else:
+            for call in range(len(self._calls)):
+                self._call_view(kernels, call)
 
         def admit() -> AdmittedBatch:
-            return kernels.admit(tensors, ids, self.seed, step, locks, not background)
+            return self._admit_calls(kernels, ids, step, locks, not background)
 
         self.queue.start(ids, admit, background)
 
@@ -240,7 +297,10 @@ class TableGroup(nn.Module):
         rows no admission writes.
         """
         kernels = get_kernels()
-        return kernels.gather(self._kernel_view(kernels), plan)
+        if self._calls is None:
+            return kernels.gather(self._kernel_view(kernels), plan)
+        outs = [kernels.gather(self._call_view(kernels, c), part) for c, part in enumerate(plan)]
+        return self._combine(outs, plan[0].inverse.shape[1] // self._calls[0][1])
 
     def apply_update(self, plan: AdmittedBatch, grad: torch.Tensor) -> None:
         """Fused optimizer step for gradient float32[B, T, D] of the output of ``plan``."""
@@ -248,7 +308,13 @@ class TableGroup(nn.Module):
         self.queue.done(plan)
         grad = grad.to(torch.float32).contiguous()
         kernels = get_kernels()
-        kernels.update(self._kernel_view(kernels), plan, grad, self.seed, self._next_step())
+        if self._calls is None:
+            kernels.update(self._kernel_view(kernels), plan, grad, self.seed, self._next_step())
+            return
+        step = self._next_step()
+        for c, ((tables, per), part) in enumerate(zip(self._calls, plan, strict=True)):
+            kernels.update(self._call_view(kernels, c), part, split_blocks(grad[:, tables], per),
+                           self.seed, step)  # fmt: skip
 
     def forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:
         """Look up one id per (sample, table).
@@ -300,7 +366,9 @@ class TableGroup(nn.Module):
         ids = ids.to(torch.int64).reshape(-1, 1).contiguous()
         self.check_ids(ids, self._limits[table : table + 1])
         self.wait()
-        return get_kernels().forward(self.tensors([table]), ids)[:, 0, :]
+        per = self._per_id[table]
+        rows = get_kernels().forward(self.tensors([table]), expand_ids(ids, per))
+        return merge_blocks(rows, per)[:, 0, :]
 
     def memory_report(self) -> dict:
         """Per-table and total bytes (see ``memory.summarize``)."""

@@ -37,6 +37,7 @@ from ssl_rec.distributed.grad_hooks import GRADIENT_PRECISIONS, gradient_hook
 from ssl_rec.distributed.launcher import follow_launcher
 from ssl_rec.distributed.planner import SHARDING_CHOICES, plan_collection, read_plan_file
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
+from ssl_rec.lightning.table_prefetch import TablePrefetch
 
 __all__ = ["ShardedTablesStrategy", "refuse_unsharded_tables"]
 
@@ -81,6 +82,9 @@ class ShardedTablesStrategy(DDPStrategy):
             | int8`` (TorchRec qcomm codecs; see ``ssl_rec.distributed.sharder.qcomm_registry``).
         backward_precision: Same, for the gradients in backward.
         gradient_precision: Dense gradient all-reduce (DDP comm hook): ``fp32 | fp16 | bf16``.
+        pipeline: Pipelined steps: each next batch's input dist (its ids' all-to-all) runs
+            during the current step, with the unpipelined step's results (adds the
+            :class:`~ssl_rec.lightning.table_prefetch.TablePrefetch` callback if absent).
 
     Example:
         >>> strategy = ShardedTablesStrategy("row_wise", forward_precision="fp16")
@@ -98,6 +102,7 @@ class ShardedTablesStrategy(DDPStrategy):
         forward_precision: str = "fp32",
         backward_precision: str = "fp32",
         gradient_precision: str = "fp32",
+        pipeline: bool = False,
     ) -> None:
         if sharding not in SHARDING_CHOICES:
             raise ValueError(
@@ -118,6 +123,7 @@ class ShardedTablesStrategy(DDPStrategy):
         self.table_overrides = dict(table_overrides or {})
         self.precisions = (forward_precision, backward_precision)
         self.gradient_precision = gradient_precision
+        self.pipeline = bool(pipeline)
         self._table_group: dist.ProcessGroup | None = None
         self.plans: dict[str, dict] = {}
 
@@ -130,13 +136,16 @@ class ShardedTablesStrategy(DDPStrategy):
         """Shard the tables, then let DDP wrap what is left (dense layers).
 
         Rank 0 first removes the staging directories killed saves left in the checkpoint
-        directories (before this run's first save).
+        directories (before this run's first save). With ``pipeline`` the trainer gets a
+        ``TablePrefetch`` callback (before a checkpoint is restored into it).
         """
         if self.is_global_zero:
             for callback in trainer.checkpoint_callbacks:
                 if getattr(callback, "dirpath", None):
                     remove_stale_staging(callback.dirpath)
         self._shard_tables()
+        if self.pipeline and not any(isinstance(c, TablePrefetch) for c in trainer.callbacks):
+            trainer.callbacks.append(TablePrefetch())
         super().setup(trainer)
 
     def _shard_tables(self) -> None:

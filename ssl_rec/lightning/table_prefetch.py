@@ -6,6 +6,9 @@ backbone, whose tables admit them on a helper thread right after the current bat
 admission, while the dense layers run (TorchRec's prefetch pipeline for FBGEMM's cache). Results are
 bit-identical to admitting at the same point inline; when the next forward looks up other
 ids (views that rewrite ids), the admission is wasted, so the callback stops prefetching.
+On sharded tables the same call starts the next batch's input dist (the ids' all-to-all)
+during the current step instead (``ShardedTablesStrategy(pipeline=True)`` adds this
+callback), with the results of the unpipelined step.
 
 A checkpoint written at a step's end (``last.ckpt`` inside an epoch, Ctrl-C) is saved as
 the uninterrupted run stands: the loader position excludes the batch read ahead, so the
@@ -52,6 +55,12 @@ def _admission_queue(pl_module: pl.LightningModule) -> AdmissionQueue | None:
     tables = getattr(getattr(pl_module.backbone, "embedding", None), "tables", None)
     queue = getattr(getattr(tables, "group", None), "queue", None)
     return queue if isinstance(queue, AdmissionQueue) else None
+
+
+def _discard_counter(pl_module: pl.LightningModule) -> Any:
+    """The counter of unused prefetches (``.discarded``): admission queue or sharded input dists."""
+    tables = getattr(getattr(pl_module.backbone, "embedding", None), "tables", None)
+    return _admission_queue(pl_module) or getattr(tables, "ahead", None)
 
 
 class TablePrefetch(pl.Callback):
@@ -103,8 +112,9 @@ class TablePrefetch(pl.Callback):
             self._restore = None
         # The queue's own counter: the full cache stats read every table's counters (a host
         # sync per table on a GPU) on every step.
-        if queue is not None:
-            discarded = float(queue.discarded)
+        counter = _discard_counter(pl_module)
+        if counter is not None:
+            discarded = float(counter.discarded)
         else:
             discarded = backbone.table_stats()["cache"].get("prefetch_discarded", 0.0)
         if discarded > self._discarded:
