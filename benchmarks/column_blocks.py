@@ -24,8 +24,9 @@ if not __package__:  # `python benchmarks/column_blocks.py`: import the package 
 
 import torch
 
-from benchmarks._harness import Figure, Recording, benchmark_parser, chosen_seeds, pyplot
-from benchmarks.mixed_precision import run_variant
+from benchmarks._harness import Figure, Recording, chosen_seeds, pyplot
+from benchmarks._selection import mean_std
+from benchmarks.mixed_precision import run_variant, study_parser, study_setup
 from ssl_rec.hardware import TableSpec
 
 BASE = "int8_cache5"
@@ -37,8 +38,8 @@ VARIANTS: list[tuple[str, TableSpec]] = [
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    return float(t.mean()), float(t.std()) if len(values) > 1 else 0.0
+    spread = mean_std(values)
+    return spread["mean"], spread["std"]
 
 
 def summarize(rows: list[dict], names: list[str]) -> dict[str, dict]:
@@ -91,20 +92,10 @@ def plot(summary: dict[str, dict]) -> Figure:
 
 def main() -> None:
     """Parse arguments, run every variant and seed, print, write JSON + PNG."""
-    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True)
-    parser.add_argument("--dim", type=int, default=64, help="embedding dimension D")
-    parser.add_argument("--train-rows", type=int, default=200_000)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--cardinality-scale", type=float, default=0.01)
-    parser.add_argument("--min-cardinality", type=int, default=2000)
-    args = parser.parse_args()
+    args = study_parser(__doc__.splitlines()[0]).parse_args()
     record = Recording(__file__)
     torch.set_num_threads(1)  # shares the machine with other runs; accuracy, not speed
-    train = 10_000 if args.quick else args.train_rows
-    sizes = {"train": train, "val": train // 10, "test": max(train // 4, 5_000)}
-    setup = {"dim": args.dim, "epochs": args.epochs, "sizes": sizes,
-             "cardinality_scale": args.cardinality_scale,
-             "min_cardinality": 200 if args.quick else args.min_cardinality}  # fmt: skip
+    setup = study_setup(args, quick_rows=10_000, min_test_rows=5_000)
     seeds = [0] if args.quick else list(chosen_seeds(args, (0, 1, 2)))
     variants = VARIANTS[:2] if args.quick else VARIANTS
     rows = [run_variant(name, spec, setup, seed) for seed in seeds for name, spec in variants]

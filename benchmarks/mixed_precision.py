@@ -19,6 +19,7 @@ Acceptance (Yang et al., 2020, https://arxiv.org/abs/2010.11305): INT8 + 5% cach
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -162,22 +163,37 @@ def plot(rows: list[dict]) -> Figure:
     return fig
 
 
-def main() -> None:
-    """Parse arguments, run every variant and seed, print, write JSON + PNG."""
-    parser = benchmark_parser(__doc__.splitlines()[0], seeds=True)
+def study_parser(description: str) -> argparse.ArgumentParser:
+    """The benchmark parser with the synthetic study's options (dim, rows, epochs, vocabularies)."""
+    parser = benchmark_parser(description, seeds=True)
     parser.add_argument("--dim", type=int, default=64, help="embedding dimension D")
     parser.add_argument("--train-rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--cardinality-scale", type=float, default=0.01)
     parser.add_argument("--min-cardinality", type=int, default=2000)
+    return parser
+
+
+def study_setup(args: argparse.Namespace, quick_rows: int, min_test_rows: int) -> dict:
+    """The ``setup`` of :func:`run_variant` from :func:`study_parser`'s arguments.
+
+    ``--quick`` trains on ``quick_rows`` rows with a 200-id vocabulary floor; the test split
+    holds a quarter of the training rows, at least ``min_test_rows``.
+    """
+    train = quick_rows if args.quick else args.train_rows
+    sizes = {"train": train, "val": train // 10, "test": max(train // 4, min_test_rows)}
+    floor = 200 if args.quick else args.min_cardinality
+    return {"dim": args.dim, "epochs": args.epochs, "sizes": sizes,
+            "cardinality_scale": args.cardinality_scale, "min_cardinality": floor}  # fmt: skip
+
+
+def main() -> None:
+    """Parse arguments, run every variant and seed, print, write JSON + PNG."""
+    parser = study_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     record = Recording(__file__)
     torch.set_num_threads(1)  # shares the machine with other runs; accuracy, not speed
-    train = 50_000 if args.quick else args.train_rows
-    sizes = {"train": train, "val": train // 10, "test": max(train // 4, 10_000)}
-    floor = 200 if args.quick else args.min_cardinality
-    setup = {"dim": args.dim, "epochs": args.epochs, "sizes": sizes,
-             "cardinality_scale": args.cardinality_scale, "min_cardinality": floor}  # fmt: skip
+    setup = study_setup(args, quick_rows=50_000, min_test_rows=10_000)
     seeds = list(chosen_seeds(args, (0, 1, 2)))
     rows = [run_variant(name, spec, setup, seed) for seed in seeds for name, spec in VARIANTS]
     summary = summarize(rows)
