@@ -54,7 +54,7 @@ def checkpoint_defaults(argv: Sequence[str]) -> tuple[list[str], dict | None]:
     path = option_value(argv[1:], "ckpt_path")
     if path is None or not Path(path).exists():  # a file, or a sharded checkpoint directory
         return argv, None
-    checkpoint = read_checkpoint(path)
+    checkpoint = read_checkpoint(path, mapped=True)  # configs are read; tables stay in the file
     defaults = []
     model = checkpoint.get("hyper_parameters") or {}
     if "_class_path" in model:
@@ -77,7 +77,7 @@ def ckpt_path_checkpoint(
     path = config[subcommand].get("ckpt_path") if subcommand else None
     if not path or not Path(str(path)).exists() or (loaded and loaded[0] == str(path)):
         return loaded
-    return str(path), read_checkpoint(path)
+    return str(path), read_checkpoint(path, mapped=True)
 
 
 def vocabulary_source(subcommand: str | None, config: Namespace) -> str | None:
@@ -91,5 +91,6 @@ def vocabulary_source(subcommand: str | None, config: Namespace) -> str | None:
 
 def checkpoint_vocabulary(path: str, loaded: tuple[str, dict] | None) -> Vocabularies | None:
     """The vocabulary of checkpoint ``path`` (reusing ``loaded = (path, checkpoint)``)."""
-    checkpoint = loaded[1] if loaded is not None and loaded[0] == path else read_checkpoint(path)
-    return vocabulary_of(checkpoint, path)
+    if loaded is not None and loaded[0] == path:
+        return vocabulary_of(loaded[1], path)
+    return vocabulary_of(read_checkpoint(path, mapped=True), path)

@@ -160,7 +160,7 @@ def read_resumed(path: str) -> dict:
     hold all tables at once, and its saved tensors are compared with the model by the
     strategy's load. A directory without the library's manifest is refused here in one line.
     """
-    if not Path(path).is_dir():
-        return read_checkpoint(path)
+    if not Path(path).is_dir():  # tables stay in the file: the checks compare shapes
+        return read_checkpoint(path, mapped=True)
     checkpoint = read_distributed_checkpoint(path, keys={HPARAMS, DM_HPARAMS, VOCABULARY_KEY})
     return check_checkpoint_classes(checkpoint, path)

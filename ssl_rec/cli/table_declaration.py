@@ -3,9 +3,10 @@
 Under ``ShardedTablesStrategy`` the command line instantiates the model inside
 :func:`~ssl_rec.hardware.declare_tables`, so no process allocates a whole table before the
 strategy shards it (docs/scale-out.md, "Shard-local construction"). What reads a model's
-tables before sharding either allocates them whole, correctly but without the memory saving
-(``--model.init_from`` loads its weights in the model's constructor), or reads shapes only
-(the resume check of ``fit --ckpt_path``, ``table_allocation.declared_state``).
+tables before sharding reads shapes only (the resume check of ``fit --ckpt_path``,
+``table_allocation.declared_state``) or leaves them pending: ``--model.init_from`` gives the
+declared tables the checkpoint's, mapped from the file, and each rank copies its rows when
+they are sharded (a checkpoint in other table formats is converted whole).
 """
 
 from __future__ import annotations

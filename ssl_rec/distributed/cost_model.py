@@ -5,6 +5,10 @@ For sizing a cluster before having one. Assumptions (see docs/scale-out.md):
 - Every sample holds one id per table. A table's shard on ``n`` ranks serves ``B_global / n``
   ids per step (cyclic rows spread ids evenly whatever their skew); a column-wise shard gets
   every id and serves ``1 / n`` of its values, priced the same.
+- A replica (``data_parallel``) on each rank dedupes the global batch's ids, admits their
+  ``U`` unique rows (``U`` as for uniform ids, at most the rows and ``B_global``), gathers
+  its local batch's rows and updates the ``U`` rows; one ring all-reduce per step carries
+  every replica's ``[U, D]`` FP32 gradient (its latency once for all replicas).
 - Kernel time per id comes from measured rates (:class:`KernelRates`, one CPU thread):
   a cache hit costs what an FP32 row costs, a miss what the storage precision costs; a
   training step is one forward (admission + lookup) and one backward (fused update).
@@ -20,6 +24,7 @@ For sizing a cluster before having one. Assumptions (see docs/scale-out.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -29,7 +34,18 @@ from ssl_rec.hardware.cache import cache_geometry
 from ssl_rec.hardware.memory import table_memory
 from ssl_rec.hardware.spec import TableSpec
 
-__all__ = ["KernelRates", "Network", "TableInfo", "shard_bytes", "shard_seconds", "step_cost"]
+__all__ = [
+    "KernelRates",
+    "Network",
+    "TableInfo",
+    "replica_allreduce_bytes",
+    "replica_seconds",
+    "ring_allreduce_seconds",
+    "shard_bytes",
+    "shard_seconds",
+    "step_cost",
+    "unique_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,8 @@ class KernelRates:
         backward_ns: Fused update ns per id, by storage precision.
         call_us: Fixed cost of one kernel call and its bookkeeping, microseconds.
         dense_ns_per_sample: Dense layers' forward + backward ns per sample.
+        dedup_ns: Admission's deduplication ns per id of a table with few rows (a replica
+            dedupes the global batch's ids).
 
     """
 
@@ -74,6 +92,9 @@ class KernelRates:
     backward_ns: Mapping[str, float] = field(default_factory=lambda: dict(_BACKWARD_NS))
     call_us: float = 20.0
     dense_ns_per_sample: float = 57200.0
+    # admit() of 32768 ids of a 4- and a 1500-row table, compiled kernels, one thread, on
+    # the development VM: 3.5-5.2 ns per id
+    dedup_ns: float = 5.0
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -124,12 +145,56 @@ def shard_seconds(table: TableInfo, n: int, global_batch: int, rates: KernelRate
     A row-wise shard serves ``1 / n`` of the ids, a column-wise one ``1 / n`` of every
     id's values: both are priced as ``B_global / n`` ids.
     """
+    forward, backward = _per_id_ns(table, rates)
+    return global_batch / n * (forward + backward) * 1e-9 + 2 * rates.call_us * 1e-6
+
+
+def _per_id_ns(table: TableInfo, rates: KernelRates) -> tuple[float, float]:
+    """(forward, backward) ns per id of ``table``, cache hits at FP32 rates."""
     precision = table.spec.precision.value
     hit = table.hit_rate if table.spec.cached else 0.0
-    cached = rates.forward_ns["fp32"] + rates.backward_ns["fp32"]
-    stored = rates.forward_ns[precision] + rates.backward_ns[precision]
-    per_id = hit * cached + (1 - hit) * stored
-    return global_batch / n * per_id * 1e-9 + 2 * rates.call_us * 1e-6
+    forward = hit * rates.forward_ns["fp32"] + (1 - hit) * rates.forward_ns[precision]
+    backward = hit * rates.backward_ns["fp32"] + (1 - hit) * rates.backward_ns[precision]
+    return forward, backward
+
+
+def unique_rows(rows: int, ids: int) -> float:
+    """Expected distinct rows among ``ids`` uniform draws of ``rows`` rows.
+
+    ``R (1 - (1 - 1 / R)^N)``: at most ``min(R, N)``; skewed ids give fewer.
+    """
+    if rows <= 1 or ids <= 0:
+        return float(min(rows, ids))
+    return rows * -math.expm1(ids * math.log1p(-1.0 / rows))
+
+
+def replica_seconds(
+    table: TableInfo, world_size: int, batch_per_rank: int, rates: KernelRates
+) -> float:
+    """Kernel seconds per training step of one replica of ``table`` (the same on every rank).
+
+    Dedup of the global batch's ``W * B`` ids, admission of their ``U`` unique rows
+    (:func:`unique_rows`), the lookup of the rank's ``B`` samples and the update of the
+    ``U`` rows (the rank's per-row gradient sum before the all-reduce is not priced).
+    """
+    forward, backward = _per_id_ns(table, rates)
+    global_batch = world_size * batch_per_rank
+    u = unique_rows(table.rows, global_batch)
+    ns = global_batch * rates.dedup_ns + (batch_per_rank + u) * forward + u * backward
+    return ns * 1e-9 + 3 * rates.call_us * 1e-6
+
+
+def replica_allreduce_bytes(table: TableInfo, global_batch: int) -> float:
+    """Bytes of a replica's ``[U, D]`` FP32 gradient all-reduced per step."""
+    return unique_rows(table.rows, global_batch) * table.dim * 4
+
+
+def ring_allreduce_seconds(nbytes: float, world_size: int, network: Network) -> float:
+    """A ring all-reduce of ``nbytes``: ``2 (W - 1) (latency + bytes / (W * bandwidth))``."""
+    if world_size <= 1:
+        return 0.0
+    bandwidth = network.bandwidth_gb_s * 1e9
+    return 2 * (world_size - 1) * (network.latency_us * 1e-6 + nbytes / (world_size * bandwidth))
 
 
 def _a2a_seconds(sent: Sequence[float], received: Sequence[float], network: Network) -> float:
@@ -154,6 +219,7 @@ def step_cost(
     Returns:
         ``{"per_rank_bytes", "per_rank_kernel_s", "a2a_bytes_per_rank" (max over ranks of the
         all-to-all bytes of a step: ids in and out, rows forward and gradients backward),
+        "replica_allreduce_bytes" (the replicas' ``[U, D]`` gradients, one all-reduce),
         "step_s", "parts"}``.
 
     """
@@ -163,34 +229,40 @@ def step_cost(
     rows_out, ids_in = [0.0] * world, [0.0] * world
     ids_out = [0.0] * world
     rows_in = [0.0] * world
+    replica_bytes = 0.0
     for table in tables:
         placement = placements[table.name]
         ranks, n, column = placement.ranks, placement.row_splits, placement.column_split
         row_bytes = table.dim * network.comm_bytes
+        replicated = placement.replicated
+        if replicated:  # its rows stay on the rank; its gradient goes in the all-reduce
+            replica_bytes += replica_allreduce_bytes(table, global_batch)
         for j, rank in enumerate(ranks):
             memory[rank] += shard_bytes(table, n, j if n > 1 else 0)
-            kernel[rank] += shard_seconds(table, n, global_batch, rates)
+            kernel[rank] += (replica_seconds(table, world, batch_per_rank, rates) if replicated
+                             else shard_seconds(table, n, global_batch, rates))  # fmt: skip
             # a column-wise shard gets every id
             ids_in[rank] += global_batch / (1 if column else n) * 8 + global_batch * 4
-            # a replica keeps its rows; backward gathers every rank's gradients
-            rows_out[rank] += (batch_per_rank * (world - 1) if placement.replicated
-                               else global_batch / n) * row_bytes  # fmt: skip
+            rows_out[rank] += 0.0 if replicated else global_batch / n * row_bytes
         # a replicated table's ids go to every rank, one key each
-        keys, received = (world, world - 1) if placement.replicated else (n, 1)
+        keys = world if replicated else n
         for rank in range(world):
             ids_out[rank] += batch_per_rank * (8 * (keys if column else keys // n) + 4 * keys)
-            rows_in[rank] += batch_per_rank * received * row_bytes
-    bandwidth = network.bandwidth_gb_s * 1e9
-    ring = 2 * (world - 1) * (network.latency_us * 1e-6 + dense_param_bytes / (world * bandwidth))
+            rows_in[rank] += 0.0 if replicated else batch_per_rank * row_bytes
+    ring = ring_allreduce_seconds(dense_param_bytes, world, network)
     parts = {
         "kernels_s": max(kernel),
         "ids_a2a_s": _a2a_seconds(ids_out, ids_in, network),
         "rows_a2a_s": 2 * _a2a_seconds(rows_out, rows_in, network),  # forward and backward
         "dense_s": batch_per_rank * rates.dense_ns_per_sample * 1e-9,
         "allreduce_s": ring,
+        "replica_allreduce_s": ring_allreduce_seconds(replica_bytes, world, network)
+        if replica_bytes
+        else 0.0,
     }
     a2a = max(
         i + o + 2 * max(r, q) for i, o, r, q in zip(ids_out, ids_in, rows_out, rows_in, strict=True)
     )
     return {"per_rank_bytes": memory, "per_rank_kernel_s": kernel, "a2a_bytes_per_rank": a2a,
-            "step_s": sum(parts.values()), "parts": parts}  # fmt: skip
+            "replica_allreduce_bytes": replica_bytes, "step_s": sum(parts.values()),
+            "parts": parts}  # fmt: skip

@@ -52,8 +52,8 @@ def allowed_types(table: TableInfo, world_size: int, local_world_size: int) -> l
         for a table with column blocks, ``column_wise`` (over :func:`column_shards` ranks)
         instead of both;
         ``data_parallel`` (a replica on every rank) for tables of at most
-        :data:`REPLICA_MAX_BYTES` on several ranks (replicas train the same global batch,
-        so they are always exact).
+        :data:`REPLICA_MAX_BYTES` on several ranks (replicas admit the same global batch
+        and apply the same all-reduced update, so they always stay identical).
 
     """
     types = [TABLE_WISE]

@@ -9,7 +9,7 @@ table), row-split tables by the sequence-embedding all-to-all (one row per sent 
 returns exactly the ids each rank sent, W times fewer bytes than a reduce-scatter of
 per-sample partial sums when every field holds one id). A replicated (``data_parallel``) table
 has a key on every rank: the same all-to-all gathers every rank's ids on every rank, where each
-replica looks up the global batch and keeps its own samples' rows (no rows travel). A
+replica admits the global batch and looks up its own samples' rows (no rows travel). A
 ``column_wise`` table sends every id to each of its ``n`` ranks (as the logical id); shard
 ``j`` returns the ``k / n`` column blocks ``b = j (mod n)`` of the row, ``D / n`` values,
 in the same sequence all-to-all. Rows travel there as sub-rows of ``unit`` values (the

@@ -23,6 +23,7 @@ from ssl_rec.distributed.cost_model import (
     KernelRates,
     TableInfo,
     default_hit_rate,
+    replica_seconds,
     shard_bytes,
     shard_seconds,
 )
@@ -216,10 +217,14 @@ def evaluate_plan(
     memory, seconds = [0] * world_size, [0.0] * world_size
     for table in tables:
         placement = placements[table.name]
-        n = placement.row_splits  # a replica holds the whole table and serves the global batch
+        n = placement.row_splits  # a replica holds the whole table
+        if placement.replicated:  # its local batch's lookups, the global batch's unique rows
+            cost = replica_seconds(table, world_size, PLANNER_BATCH, rates)
+        else:
+            cost = shard_seconds(table, n, PLANNER_BATCH * world_size, rates)
         for j, rank in enumerate(placement.ranks):
             memory[rank] += shard_bytes(table, n, j if n > 1 else 0)
-            seconds[rank] += shard_seconds(table, n, PLANNER_BATCH * world_size, rates)
+            seconds[rank] += cost
     return PlanResult(world_size, dict(placements), list(tables), memory, seconds)
 
 

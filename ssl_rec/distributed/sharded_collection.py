@@ -37,7 +37,7 @@ from ssl_rec.distributed.cyclic_layout import split_table
 from ssl_rec.distributed.input_ahead import InputAhead
 from ssl_rec.distributed.local_shards import LocalShards, shard_lookup
 from ssl_rec.distributed.lookup_routing import Routing, SentIds
-from ssl_rec.distributed.replica_grads import keep_local_samples
+from ssl_rec.distributed.replica_grads import ReplicaSync
 from ssl_rec.distributed.table_placement import TablePlacement, check_plan
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
 
@@ -133,8 +133,10 @@ class ShardedMixedPrecisionEmbeddingCollection(
                   for t in self.routing.whole[rank]]  # fmt: skip
         tables += [split_table(own[t], 1, 0, init) for t in self.routing.replicated]
         tables += [split_table(own[t], n, j, init) for t, j, n in self.routing.pieces[rank]]
-        shards = LocalShards(tables, self.routing.num_full, self.seed, self.embedding_dim,
-                             self.routing.unit)  # fmt: skip
+        replicas = ReplicaSync(self._pg, rank, world) if self.routing.replicated else None
+        shards = LocalShards(tables, len(self.routing.whole[rank]), self.seed,
+                             self.embedding_dim, self.routing.unit,
+                             len(self.routing.replicated), replicas)  # fmt: skip
         shards.step.copy_(module.group.step)
         self.__dict__["shards"] = shards  # not a submodule: see the class docstring
         self.comms = self._build_comms(world)
@@ -185,21 +187,21 @@ class ShardedMixedPrecisionEmbeddingCollection(
         full_ids, piece_ids, ctx.received = self.routing.split_received(
             dist_input.values(), dist_input.lengths(), global_batch
         )
-        full = self.routing.num_full
         ctx.piece_lengths = self.routing.piece_lengths(dist_input.lengths(), global_batch)
         train = self.training and not self.frozen
         rows = shard_lookup(self.shards, full_ids, piece_ids, train)
         if not self.routing.replicated:
             return rows
-        # Replicas: this rank keeps its samples' rows; only the whole tables' rows travel.
+        # Replicas: this rank's samples' rows stay here; only the whole tables' rows travel.
         dim, num_whole = self.embedding_dim, len(self.routing.whole[self.routing.rank])
-        full_units = global_batch * full * self.routing.units_per_row
-        full_rows, piece_rows = rows.split([full_units, rows.shape[0] - full_units])
-        full_rows = full_rows.reshape(global_batch, full, dim)
-        ctx.replica_rows = keep_local_samples(full_rows[:, num_whole:], self._pg,
-                                              self.routing.rank, world)  # fmt: skip
-        unit = self.routing.unit
-        return torch.cat([full_rows[:, :num_whole].reshape(-1, unit), piece_rows])
+        per_row = self.routing.units_per_row
+        whole_units = global_batch * num_whole * per_row
+        replica_units = ctx.batch * len(self.routing.replicated) * per_row
+        whole_rows, replica_rows, piece_rows = rows.split(
+            [whole_units, replica_units, rows.shape[0] - whole_units - replica_units]
+        )
+        ctx.replica_rows = replica_rows.reshape(ctx.batch, len(self.routing.replicated), dim)
+        return torch.cat([whole_rows, piece_rows])
 
     def output_dist(
         self, ctx: ShardedLookupContext, output: torch.Tensor

@@ -109,7 +109,11 @@ class MixedPrecisionCollectionSharder(ModuleSharder[MixedPrecisionEmbeddingColle
         device: torch.device | None = None,
         module_fqn: str | None = None,
     ) -> ShardedMixedPrecisionEmbeddingCollection:
-        """Build the sharded module from ``params`` (table name -> ``ParameterSharding``)."""
+        """Build the sharded module from ``params`` (table name -> ``ParameterSharding``).
+
+        A declared collection loaded with full tensors (``load_state_dict`` before sharding,
+        e.g. ``--model.init_from``) gives each shard its rows of them: no rank copies more.
+        """
         if device is not None and device.type != "cpu":
             raise ValueError(
                 f"{module_fqn or 'collection'}: the library's kernels run on cpu, not {device}"
@@ -118,9 +122,13 @@ class MixedPrecisionCollectionSharder(ModuleSharder[MixedPrecisionEmbeddingColle
             name: TablePlacement(ps.sharding_type, tuple(ps.ranks or ()))
             for name, ps in params.items()
         }
-        return ShardedMixedPrecisionEmbeddingCollection(
+        sharded = ShardedMixedPrecisionEmbeddingCollection(
             module, plan, env, self.qcomm_codecs_registry
         )
+        pending = module.take_pending_state()
+        if pending is not None:  # full tensors: each rank copies its rows, no collective
+            sharded.load_state_dict(pending)
+        return sharded
 
     def shardable_parameters(
         self, module: MixedPrecisionEmbeddingCollection

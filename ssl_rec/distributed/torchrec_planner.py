@@ -30,6 +30,8 @@ from ssl_rec.distributed.cost_model import (
     KernelRates,
     Network,
     TableInfo,
+    replica_allreduce_bytes,
+    replica_seconds,
     shard_bytes,
     shard_seconds,
 )
@@ -95,17 +97,21 @@ def _price_replicas(
 ) -> None:
     """One whole replica per rank, as ``ssl_rec.distributed.replica_grads`` trains them.
 
-    Every replica looks up and updates the global batch (its kernel time is a whole table's,
-    on every rank); no rows travel forward; backward gathers the other ranks' gradients.
+    Every replica receives the global batch's ids, dedupes and admits them, looks up its
+    local batch and updates the batch's unique rows (:func:`replica_seconds`); no rows
+    travel; backward all-reduces the ``[U, D]`` gradient (its bandwidth term here: the one
+    all-reduce's latency is shared by every replica of the plan).
     """
     world = len(option.shards)
-    compute = shard_seconds(table, 1, world_batch, rates)
-    gather = world_batch * (world - 1) / world * table.dim * 4 / BANDWIDTH
+    local = world_batch // world
+    compute = replica_seconds(table, world, local, rates)
+    ids = world_batch * (world - 1) / world * 12 / BANDWIDTH  # int64 id + int32 length
+    reduce = 2 * (world - 1) / world * replica_allreduce_bytes(table, world_batch) / BANDWIDTH
     replica = shard_bytes(table, 1, 0)
     for shard in option.shards:
         shard.storage = Storage(hbm=replica, ddr=0)
-        shard.perf = Perf(fwd_compute=compute / 3, fwd_comms=0.0,
-                          bwd_compute=2 * compute / 3, bwd_comms=gather)  # fmt: skip
+        shard.perf = Perf(fwd_compute=compute / 3, fwd_comms=ids,
+                          bwd_compute=2 * compute / 3, bwd_comms=reduce)  # fmt: skip
 
 
 class _NoReplicaSpecWarning(logging.Filter):

@@ -14,14 +14,38 @@ from torch import nn
 from ssl_rec.hardware.memory import estimate_memory
 from ssl_rec.hardware.spec import TableSpec
 from ssl_rec.hardware.table import EmbeddingTable
-from ssl_rec.hardware.table_allocation import declaring, reading_declared_state
+from ssl_rec.hardware.table_allocation import (
+    declared_state,
+    declaring,
+    reading_declared_state,
+)
 from ssl_rec.hardware.table_group import TableGroup
 
 __all__ = ["MixedPrecisionEmbeddingCollection"]
 
 
-def _allocate_hook(module: MixedPrecisionEmbeddingCollection, *args: object) -> None:
-    module.allocate()
+def _load_hook(
+    module: MixedPrecisionEmbeddingCollection, state_dict: dict[str, Any], prefix: str,
+    *args: object,
+) -> None:  # fmt: skip
+    """Before a load: declared tables keep full tensors as pending values, else allocate.
+
+    The load goes on with meta stand-ins (no data read), so nn.Module still checks keys and
+    shapes against the declared tables, and ``_extra_state`` the formats.
+    """
+    ours = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    tensors = {k: v for k, v in ours.items() if isinstance(v, torch.Tensor)}
+    if not module.declared or any(type(v) is not torch.Tensor or v.is_meta
+                                  for v in tensors.values()):  # fmt: skip
+        module.allocate()
+        return
+    if tensors:  # a later load (strict=False, other keys) adds to an earlier one
+        module._pending = {**(module._pending or {}), **ours}
+    with declared_state():
+        own = module.state_dict()
+    for key, value in tensors.items():  # pre-hooks may change the state they load
+        if isinstance(own.get(key), torch.Tensor) and own[key].is_meta:
+            state_dict[prefix + key] = value.to("meta")
 
 
 def _state_hook(module: MixedPrecisionEmbeddingCollection, *args: object) -> None:
@@ -58,9 +82,12 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
 
     Built inside :func:`~ssl_rec.hardware.table_allocation.declare_tables`, the tables are
     only declared (meta device, no memory): a sharded run allocates each rank's rows
-    (``ssl_rec.distributed``); in one process the first forward, ``state_dict``,
-    ``load_state_dict`` or :meth:`allocate` allocates and initializes them whole, with the
-    values an allocated collection would have had.
+    (``ssl_rec.distributed``); in one process the first forward, ``state_dict`` or
+    :meth:`allocate` allocates and initializes them whole, with the values an allocated
+    collection would have had. ``load_state_dict`` of full tensors into declared tables
+    keeps them declared: the tensors (e.g. read-only views of a checkpoint file) are held
+    as pending values, which the sharder gives each shard its rows of and which
+    :meth:`allocate` loads whole.
 
     Attributes:
         frozen: When True, backward computes no update and forward admits nothing to caches.
@@ -109,10 +136,11 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         self.frozen = False
         self.init_std, self._seed = float(init_std), seed
         self.declared = declaring()
+        self._pending: dict[str, Any] | None = None  # see take_pending_state
         self.group = TableGroup(self._tables(meta=self.declared), seed)
         # Whatever allocates tables that were declared must run before a state is read.
         self.register_state_dict_pre_hook(_state_hook)
-        self._register_load_state_dict_pre_hook(_allocate_hook, with_module=True)
+        self._register_load_state_dict_pre_hook(_load_hook, with_module=True)
 
     def _tables(self, meta: bool) -> list[EmbeddingTable]:
         tables = []
@@ -142,6 +170,18 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
         group = TableGroup(self._tables(meta=False), self._seed)
         group.step.copy_(self.group.step)
         self.group, self.declared = group, False
+        pending = self.take_pending_state()
+        if pending is not None:  # its keys and shapes were checked when it was given
+            self.load_state_dict(pending, strict=False)
+
+    def take_pending_state(self) -> dict[str, Any] | None:
+        """The state a declared collection was loaded with (then forgotten), else ``None``.
+
+        Full tensors under this collection's ``state_dict`` keys, as given to
+        ``load_state_dict``; the sharder loads each shard's rows of them.
+        """
+        pending, self._pending = self._pending, None
+        return pending
 
     @property
     def num_tables(self) -> int:
@@ -240,8 +280,16 @@ class MixedPrecisionEmbeddingCollection(nn.Module):
             self.load_float(index, weight)
 
     def reset_optimizer_state(self) -> None:
-        """Zero every table's row-wise Adagrad accumulator."""
-        self.allocate()
+        """Zero every table's row-wise Adagrad accumulator.
+
+        Declared tables start with zero accumulators: pending ones get zeros (no memory).
+        """
+        if self.declared:
+            pending = self._pending or {}
+            for key, value in pending.items():
+                if key.endswith(".momentum"):
+                    pending[key] = torch.zeros((), dtype=value.dtype).expand(value.shape)
+            return
         self.group.wait()
         for table in self.group.tables:
             table.momentum.zero_()

@@ -67,7 +67,8 @@ def declared_state() -> Iterator[None]:
 
     Their entries keep their shapes and dtypes, no values: enough to compare a model's
     layout with a checkpoint's (``ssl-rec fit --ckpt_path``) before a sharded run allocates
-    only each rank's rows. Loading a state still allocates.
+    only each rank's rows. Loading full tensors keeps them
+    pending until the tables are allocated or sharded.
 
     Example:
         >>> from ssl_rec.hardware import MixedPrecisionEmbeddingCollection

@@ -17,8 +17,10 @@ from ssl_rec.distributed.dcp_checkpoint import (
     read_distributed_checkpoint,
 )
 from ssl_rec.evaluation.manifest import file_sha256
+from ssl_rec.hardware.table_allocation import declared_state
 from ssl_rec.lightning.checkpoint_checksums import verify_checksums
 from ssl_rec.lightning.checkpoint_extras import SCHEMA_KEY, VOCABULARY_KEY
+from ssl_rec.lightning.mapped_checkpoint import map_checkpoint_file
 from ssl_rec.models.backbone import Backbone
 from ssl_rec.schema import FeatureSchema
 from ssl_rec.vocab import Vocabularies
@@ -29,13 +31,18 @@ _EMBEDDING = "embedding."  # the tables and [MASK] tokens inside a backbone's st
 HPARAMS, DM_HPARAMS = "hyper_parameters", "datamodule_hyper_parameters"
 
 
-def read_checkpoint(path: str | os.PathLike[str]) -> dict:
+def read_checkpoint(path: str | os.PathLike[str], mapped: bool = False) -> dict:
     """Load a Lightning checkpoint on CPU, with a clear error when it is missing or broken.
 
     A torch.distributed.checkpoint directory (written by ``ShardedTablesStrategy``) reads as
     the file one process would have written, with full tables. The per-tensor checksums a
     checkpoint records are verified (:mod:`ssl_rec.lightning.checkpoint_checksums`), and
     every class path in its configs must be allowed (:func:`check_checkpoint_classes`).
+
+    With ``mapped``, a file's embedding tables are read-only views of the file
+    (:func:`~ssl_rec.lightning.mapped_checkpoint.map_checkpoint_file`): loading them into a
+    sharded or declared collection copies only the rows each process keeps. Do not write to
+    them.
 
     Raises:
         FileNotFoundError: no checkpoint at ``path``.
@@ -48,7 +55,10 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        if mapped:
+            checkpoint = map_checkpoint_file(path)
+        else:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many types for a corrupt file
         raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
     verify_checksums(checkpoint, str(path))
@@ -80,8 +90,8 @@ def check_checkpoint_file(
 ) -> None:  # fmt: skip
     """Refuse checkpoint ``path`` when its configs name classes outside the allow-list.
 
-    Reads the pickle only: a file's tensors are memory-mapped, not read (Lightning reads the
-    file next, in ``load_from_checkpoint``).
+    Reads the pickle only: a file's tensors are mapped read-only, not read (Lightning reads
+    the file next, in ``load_from_checkpoint``).
     """
     if not isinstance(path, str | os.PathLike):  # a file object
         start = path.tell()
@@ -90,7 +100,7 @@ def check_checkpoint_file(
         check_checkpoint_classes(checkpoint, "checkpoint", owner)
         return
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = map_checkpoint_file(path, writable=False)
     except Exception:  # noqa: BLE001 - not a zip file, missing, a directory: read it fully
         checkpoint = read_checkpoint(path)
     check_checkpoint_classes(checkpoint, str(path), owner)
@@ -103,7 +113,7 @@ def read_vocabulary(path: str | os.PathLike[str]) -> Vocabularies | None:
         >>> datamodule.use_vocabulary(read_vocabulary("pre.ckpt"))  # doctest: +SKIP
 
     """
-    return vocabulary_of(read_checkpoint(path), str(path))
+    return vocabulary_of(read_checkpoint(path, mapped=True), str(path))
 
 
 def vocabulary_of(checkpoint: Mapping[str, Any], where: str = "checkpoint") -> Vocabularies | None:
@@ -123,6 +133,12 @@ def load_backbone_weights(
     vocabularies its data was encoded with (``metadata["vocabulary"]``), they must be the
     checkpoint's.
 
+    Declared tables (``ssl_rec.hardware.declare_tables``, as a sharded ``ssl-rec fit`` builds
+    its model) are not allocated here: they keep the checkpoint's tables as pending values,
+    read from the file by each process for the rows it owns once the strategy shards them
+    (in one process, whole at their first use). Tables saved in another format than the
+    model's are converted here, whole.
+
     ``transfer="tables"`` loads the embedding tables and ``[MASK]`` tokens only: the
     backbone keeps its own (fresh) encoder and dense statistics, which may then differ from
     the checkpoint's (another encoder class or size; ``embedding_dim`` must match).
@@ -135,7 +151,7 @@ def load_backbone_weights(
             columns that differ, or when the backbone differs (schema, dims, encoder).
 
     """
-    checkpoint = read_checkpoint(path)
+    checkpoint = read_checkpoint(path, mapped=True)  # tables stay in the file until sharded
     vocabulary = vocabulary_of(checkpoint, str(path))
     if schema is not None:
         _check_data_matches(checkpoint, vocabulary, schema, str(path))
@@ -146,7 +162,9 @@ def load_backbone_weights(
     if not weights:
         raise ValueError(f"{path}: checkpoint has no '{BACKBONE_PREFIX}*' weights")
     if transfer == "tables":  # the rest stays this backbone's own
-        own = {k: v for k, v in backbone.state_dict().items() if not k.startswith(_EMBEDDING)}
+        with declared_state():  # declared tables stay unallocated
+            own = backbone.state_dict()
+        own = {k: v for k, v in own.items() if not k.startswith(_EMBEDDING)}
         weights = {**{k: v for k, v in weights.items() if k.startswith(_EMBEDDING)}, **own}
     elif transfer != "backbone":
         raise ValueError(f"transfer must be 'backbone' or 'tables', got {transfer!r}")

@@ -37,6 +37,7 @@ from ssl_rec.distributed.grad_hooks import GRADIENT_PRECISIONS, gradient_hook
 from ssl_rec.distributed.launcher import follow_launcher
 from ssl_rec.distributed.planner import SHARDING_CHOICES, plan_collection, read_plan_file
 from ssl_rec.hardware.collection import MixedPrecisionEmbeddingCollection
+from ssl_rec.lightning.checkpoint_loading import read_checkpoint
 from ssl_rec.lightning.table_prefetch import TablePrefetch
 
 __all__ = ["ShardedTablesStrategy", "refuse_unsharded_tables"]
@@ -197,7 +198,16 @@ class ShardedTablesStrategy(DDPStrategy):
         save_distributed_checkpoint(checkpoint, filepath)
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:
-        """Load a DCP directory into this run's sharded layout (any save-time world size)."""
+        """Load a checkpoint into this run's sharded layout.
+
+        A DCP directory (any save-time world size) is resharded. A one-process checkpoint
+        file is read with its tables left in the file (read-only views, checksums and class
+        paths checked): :meth:`load_model_state_dict` then copies each rank's rows.
+        """
+        if os.path.isfile(checkpoint_path):
+            return read_checkpoint(checkpoint_path, mapped=True)
+        if not os.path.isdir(checkpoint_path):
+            raise FileNotFoundError(f"checkpoint not found: {checkpoint_path}")
         return load_distributed_checkpoint(checkpoint_path, self.lightning_module.state_dict())
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:

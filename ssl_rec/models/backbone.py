@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware import TableSpec
+from ssl_rec.hardware.table_allocation import declared_state
 from ssl_rec.models.dlrm import DLRMEncoder
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.models.numeric_encoding import DenseStandardizer, legacy_dense_state
@@ -319,7 +320,8 @@ class Backbone(nn.Module):
     def load_weights(self, state: Mapping[str, torch.Tensor], where: str = "state") -> None:
         """Load a backbone ``state_dict`` whose tables may be stored in other precisions.
 
-        Same table formats: loaded as is. Other formats (e.g. pretrained in FP32,
+        Same table formats: loaded as is (declared tables keep them as pending values, see
+        ``MixedPrecisionEmbeddingCollection``). Other formats (e.g. pretrained in FP32,
         fine-tuned in INT8): the saved tables are rebuilt in their own format, read as FP32
         rows (cache included) and quantized into this backbone's format; dense parameters
         and ``[MASK]`` tokens are copied exactly.
@@ -332,7 +334,8 @@ class Backbone(nn.Module):
         # Weights trained before the statistics existed saw unstandardized columns.
         state = legacy_dense_state(state, _DENSE_ENCODING, self.schema.n_dense)
         tables = {k[len(_TABLES) :]: v for k, v in state.items() if k.startswith(_TABLES)}
-        own = self.state_dict()
+        with declared_state():  # shapes only: declared tables stay unallocated (pending)
+            own = self.state_dict()
         dense = {k: v for k, v in state.items() if not k.startswith(_TABLES)}
         mismatch = _state_mismatch({k: v for k, v in own.items() if not k.startswith(_TABLES)},
                                    dense)  # fmt: skip

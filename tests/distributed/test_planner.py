@@ -30,9 +30,9 @@ def test_auto_plan_of_criteo_kaggle_on_8_ranks_is_balanced_and_deterministic() -
     assert first.imbalance <= 0.10
     biggest = max(tables, key=lambda t: t.rows)
     assert first.placements[biggest.name].num_shards == 8  # 10M rows cannot stay whole
-    for t in tables:
-        if first.placements[t.name].num_shards > 1:
-            check_row_split(t.name, t.rows, t.spec, first.placements[t.name].num_shards)
+    for t in tables:  # every split is exact (a replica is whole on every rank)
+        if first.placements[t.name].row_splits > 1:
+            check_row_split(t.name, t.rows, t.spec, first.placements[t.name].row_splits)
 
 
 def test_fixed_plans_and_overrides() -> None:

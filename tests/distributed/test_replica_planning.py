@@ -1,9 +1,9 @@
 """The planners offer ``data_parallel`` for small tables and price replicas as they train.
 
-A replica looks up and updates the whole global batch on every rank (no rows travel
-forward, backward gathers the gradients): TorchRec's planner replicates a small table when
-that lowers the slowest rank's time, and keeps small tables whole where spreading them over
-the ranks is cheaper.
+A replica dedupes and admits the global batch's ids, looks up its local batch and updates
+the batch's unique rows, whose ``[U, D]`` gradient one all-reduce sums (no rows travel):
+its cost grows with the global batch only through the dedup and ``U <= rows``. TorchRec's
+planner replicates a small table when that lowers the slowest rank's time.
 """
 
 from __future__ import annotations
@@ -11,9 +11,19 @@ from __future__ import annotations
 import pytest
 
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
-from ssl_rec.distributed.cost_model import TableInfo, default_hit_rate, shard_bytes, step_cost
+from ssl_rec.distributed.cost_model import (
+    KernelRates,
+    TableInfo,
+    default_hit_rate,
+    replica_seconds,
+    shard_bytes,
+    shard_seconds,
+    step_cost,
+    unique_rows,
+)
 from ssl_rec.distributed.exact_shardings import REPLICA_MAX_BYTES, allowed_types
-from ssl_rec.distributed.planner import plan_tables
+from ssl_rec.distributed.planner import PLANNER_BATCH, plan_tables
+from ssl_rec.distributed.table_placement import TablePlacement
 from ssl_rec.hardware import TableSpec
 
 INT8 = TableSpec("int8", 0.05)
@@ -49,12 +59,59 @@ def test_auto_replicates_a_small_table_that_would_make_one_rank_the_slowest() ->
     assert cost["replica"] < cost["whole"]  # no rows of the replica travel forward
 
 
-def test_criteo_kaggles_small_tables_stay_whole_where_spreading_them_is_cheaper() -> None:
+def test_a_replica_costs_its_local_batch_and_unique_rows() -> None:
+    tiny, rates = _table("tiny", 4), KernelRates()
+    assert unique_rows(4, 10**6) == pytest.approx(4.0) and unique_rows(10**6, 3) < 3.0
+    # 16x the ranks: a whole table's work grows 16x, a replica's only by the ids' dedup
+    small, large = (replica_seconds(tiny, w, 4096, rates) for w in (8, 128))
+    assert large - small == pytest.approx(120 * 4096 * rates.dedup_ns * 1e-9)
+    assert shard_seconds(tiny, 1, 128 * 4096, rates) > 40 * large
+    tables = [_table("big", 1 << 20), tiny]
+    plan = {"big": TablePlacement("row_wise", tuple(range(8))),
+            "tiny": TablePlacement("data_parallel", tuple(range(8)))}  # fmt: skip
+    cost = step_cost(tables, plan, 8, 4096, 0)
+    assert cost["replica_allreduce_bytes"] == pytest.approx(4 * 16 * 4)  # [U, D] FP32
+
+
+def _criteo() -> list[TableInfo]:
+    return [_table(f"C{i + 1}", rows) for i, rows in enumerate(CRITEO_KAGGLE_CARDINALITIES)]
+
+
+def test_criteo_kaggles_tiny_tables_are_replicated_on_8_ranks() -> None:
     pytest.importorskip("torchrec")
-    tables = [_table(f"C{i + 1}", rows) for i, rows in enumerate(CRITEO_KAGGLE_CARDINALITIES)]
+    tables = _criteo()
     plan = plan_tables(tables, 8)
-    small = [t.name for t in tables if "data_parallel" in allowed_types(t, 8, 8)]
-    assert len(small) >= 10  # offered ...
-    # ... but 16 small tables spread over 8 ranks cost each rank 2 tables' kernels, where
-    # replicas would cost each rank all 16 (a replica trains the global batch)
-    assert not any(plan.placements[n].replicated for n in small)
+    replicated = {n for n, p in plan.placements.items() if p.replicated}
+    # every table up to 3194 rows; the larger offered ones (5652-14992 rows) split row-wise
+    assert replicated == {t.name for t in tables if t.rows <= 3194}
+    assert len(replicated) == 14
+    assert all(p.sharding_type == "row_wise" for n, p in plan.placements.items()
+               if n not in replicated)  # fmt: skip
+    assert plan.lookup_imbalance == pytest.approx(0.0, abs=1e-9)
+    # the same tables whole, spread over the ranks, leave the slowest rank slower
+    spread = {n: {"sharding_type": "table_wise", "ranks": [i % 8]}
+              for i, n in enumerate(sorted(replicated))}  # fmt: skip
+    whole = plan_tables(tables, 8, overrides=spread)
+    assert max(plan.per_rank_lookup_s) < 0.85 * max(whole.per_rank_lookup_s)
+
+
+def test_criteo_kaggles_tiny_tables_stay_whole_on_128_ranks() -> None:
+    pytest.importorskip("torchrec")
+    tables = _criteo()
+    plan = plan_tables(tables, 128)
+    assert not any(p.replicated for p in plan.placements.values())
+    # C10 and C26 can neither split over 128 ranks (cache sets) nor be replicated (> 1 MiB):
+    # a rank serves the global batch of each. Every tiny table whole on a rank of its own
+    # costs no more than that; replicas would add their cost to every rank, C26's too.
+    for name in ("C10", "C26"):
+        table = next(t for t in tables if t.name == name)
+        assert "data_parallel" not in allowed_types(table, 128, 128)
+        assert plan.placements[name].sharding_type == "table_wise"
+    whole = shard_seconds(tables[25], 1, 128 * PLANNER_BATCH, KernelRates())
+    assert max(plan.per_rank_lookup_s) < 1.1 * whole
+    tiny = [t.name for t in tables if t.rows <= 3194]
+    assert all(plan.placements[n].sharding_type == "table_wise" for n in tiny)
+    assert len({plan.placements[n].ranks for n in tiny}) == len(tiny)
+    everyone = {"sharding_type": "data_parallel", "ranks": list(range(128))}
+    replicas = plan_tables(tables, 128, overrides=dict.fromkeys(tiny, everyone))
+    assert max(replicas.per_rank_lookup_s) > max(plan.per_rank_lookup_s)

@@ -4,11 +4,16 @@
 
 Every rank trains the sharded collection on its half of 50 global batches and, beside it,
 one unsharded collection on the whole global batches (the reference). The loss is a mean
-over samples of a fixed function of the rows, and each rank's local batch is a power of two,
-so the tables' gradients are the same numbers on both sides. Prints one RESULT line: both
-runs' losses, whether every shard's state equals its rows (its column blocks) of the
-reference tables, and whether a checkpoint written by the ranks reads back into one process
-and into freshly sharded tables with the same state.
+over samples of a sum of one fixed function of each table's row, and each rank's local batch
+is a power of two, so the tables' gradients are the same numbers on both sides. The replica
+sums each row's gradient per rank and all-reduces the sums, where one process sums in sample
+order: its cache decisions are the reference's, its values within rounding (reported, then
+the reference adopts the replica's state so that the remaining checks are exact). Prints one
+RESULT line: both runs' losses, the replica's gap, whether every shard's state equals its
+rows (its column blocks) of the reference tables, and whether a checkpoint written by the
+ranks reads back into one process and into freshly sharded tables with the same state, and
+whether one process's state, read mapped from a file into declared tables, gives every
+shard its rows.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from torch import nn
 
 from ssl_rec.distributed.cyclic_layout import table_pieces
 from ssl_rec.distributed.table_placement import TablePlacement
-from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec
+from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, declare_tables
+from ssl_rec.lightning.mapped_checkpoint import map_checkpoint_file
 
 STEPS, LOCAL_BATCH, DIM = 50, 64, 16
 CARDS = [3000, 20000, 500, 1200, 8000]
@@ -58,7 +64,8 @@ def batch(step: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def loss_of(rows: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return ((rows * WEIGHT).sum((1, 2)) - target).pow(2).mean()
+    """A sum of one term per table: a table's gradient does not depend on the others' rows."""
+    return ((rows * WEIGHT).sum(2) - target[:, None]).pow(2).sum(1).mean()
 
 
 def shard(tables: MixedPrecisionEmbeddingCollection, group) -> nn.Module:
@@ -104,6 +111,22 @@ def shards_match(sharded, reference: MixedPrecisionEmbeddingCollection) -> bool:
     return bool(flag)
 
 
+def adopt_replica(sharded, reference: MixedPrecisionEmbeddingCollection) -> dict:
+    """The replica's gap to the reference's table; then the reference takes its state."""
+    index = NAMES.index("replica")
+    mine = table_pieces(sharded._shard_of(index)[0])
+    theirs = table_pieces(reference.group.tables[index])
+    decisions = all(torch.equal(mine[k], theirs[k]) for k in ("cache.tags", "cache.state"))
+    values = sharded.float_weights()[index] - reference.float_weights()[index]
+    momentum = mine["momentum"] - theirs["momentum"]
+    for key, value in theirs.items():
+        value.copy_(mine[key])
+    scale = theirs["momentum"].abs().max()
+    return {"replica_decisions_same": decisions,
+            "replica_value_gap": float(values.abs().max()),
+            "replica_momentum_gap": float(momentum.abs().max() / scale)}  # fmt: skip
+
+
 def states_equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(
         torch.equal(a[k], b[k]) for k in a if isinstance(a[k], torch.Tensor)
@@ -125,6 +148,7 @@ def main() -> None:
     reference = collection().train()
     losses = train(sharded, rank, world, LOCAL_BATCH * world)
     reference_losses = train(reference, 0, 1, LOCAL_BATCH * world)
+    replica = adopt_replica(sharded, reference)
     ids, _ = batch(STEPS, LOCAL_BATCH * world)
     mine = ids[rank * LOCAL_BATCH : (rank + 1) * LOCAL_BATCH]
     sharded.eval(), reference.eval()
@@ -144,9 +168,17 @@ def main() -> None:
     fresh.load_state_dict(loaded["state_dict"])
     from_plain = shard(collection(seed=5), group)
     from_plain.load_state_dict(reference.state_dict())
+    if rank == 0:  # one process's state as a file; the ranks read its tables mapped
+        torch.save({"state_dict": reference.state_dict()}, out / "one.pt")
+    dist.barrier()
+    with declare_tables():
+        declared = collection(seed=5)
+    declared.load_state_dict(map_checkpoint_file(out / "one.pt")["state_dict"])  # pending
+    from_pending = shard(declared, group)
     report(
         losses=losses,
         reference_losses=reference_losses,
+        **replica,
         types={name: p.sharding_type for name, p in PLAN.items()},
         shards_match=shards_match(sharded, reference),
         lookup_same=lookup_same,
@@ -154,6 +186,7 @@ def main() -> None:
         checkpoint_in_one_process=one_process,
         checkpoint_resharded=shards_match(fresh, reference),
         one_process_state_sharded=shards_match(from_plain, reference),
+        pending_state_sharded=shards_match(from_pending, reference) and declared.declared,
     )
     finish()
 

@@ -4,17 +4,22 @@
 
 The same 50 global batches as ``parity.py``. Prints one RESULT line per table spec: the loss
 of each step, the names of the replicated tables, whether every replica is bit-identical
-across the ranks after training, and whether a sharded collection loaded from the trained
-one's ``state_dict`` (DCP's ``ShardedTensor`` blocks) holds the same replicas.
+across the ranks after training, whether a sharded collection loaded from the trained
+one's ``state_dict`` (DCP's ``ShardedTensor`` blocks) holds the same replicas, the floats
+each backward all-reduced for the replicas against the global batch's unique ids times D,
+and the replicas' cache rows and hits.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.distributed as dist
 from common import SPECS, TABLES_PATH, data, finish, model, part, report
 from parity import GLOBAL_BATCH, STEPS, train
 
+import ssl_rec.distributed.replica_grads as replica_grads
 from ssl_rec.distributed.cyclic_layout import table_pieces
 from ssl_rec.distributed.table_placement import DATA_PARALLEL, TablePlacement
 
@@ -59,6 +64,34 @@ def same_everywhere(local: torch.Tensor) -> bool:
     return all(torch.equal(gathered[0], g) for g in gathered)
 
 
+class CollectiveSpy:
+    """``torch.distributed`` for ``replica_grads``, recording the shape of every all-reduce."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(dist, name)
+
+    def all_reduce(self, tensor: torch.Tensor, *args, **kwargs):
+        self.shapes.append(tuple(tensor.shape))
+        return dist.all_reduce(tensor, *args, **kwargs)
+
+
+def unique_row_floats(collection, replicated: list[str], step_batch) -> list[int]:
+    """Per step: the global batch's unique ids summed over the replicated tables, times D."""
+    columns = [collection.table_names.index(name) for name in replicated]
+    return [sum(len(torch.unique(step_batch(step).sparse[:, t])) for t in columns)
+            * collection.embedding_dim for step in range(STEPS)]  # fmt: skip
+
+
+def cache_counts(collection, replicated: list[str]) -> tuple[int, int]:
+    """The replicas' cache rows and cache hits, summed."""
+    tables = [collection._shard_of(collection.table_names.index(n))[0] for n in replicated]
+    return (sum(int(t.cache.rows.shape[0]) for t in tables),
+            sum(int(t.cache.stats[0]) for t in tables))  # fmt: skip
+
+
 def main() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
@@ -75,13 +108,19 @@ def main() -> None:
         plan = replicated_plan(ctr.get_submodule(TABLES_PATH), world)
         collection = shard(ctr, plan, group)
         wrapped = DistributedDataParallel(ctr, find_unused_parameters=True)
+        spy = replica_grads.dist = CollectiveSpy()
         losses = train(wrapped, step_batch, world, rank)
         replicated = [n for n, p in plan.items() if p.replicated]
+        cache_rows, cache_hits = cache_counts(collection, replicated)
         trained = replica_bytes(collection, replicated)
         fresh = shard(model(schema, spec), plan, group)
         fresh.load_state_dict(collection.state_dict())
         report(tables=tables, losses=losses, replicated=replicated,
                types={n: p.sharding_type for n, p in plan.items()},
+               reduced=[math.prod(shape) for shape in spy.shapes],
+               unique_floats=unique_row_floats(collection, replicated, step_batch),
+               sample_floats=GLOBAL_BATCH * len(replicated) * collection.embedding_dim,
+               cache_rows=cache_rows, cache_hits=cache_hits,
                replicas_identical=same_everywhere(trained),
                reload_identical=same_everywhere(
                    torch.tensor([torch.equal(trained, replica_bytes(fresh, replicated))])
