@@ -7,8 +7,9 @@ For sizing a cluster before having one. Assumptions (see docs/scale-out.md):
   every id and serves ``1 / n`` of its values, priced the same.
 - A replica (``data_parallel``) on each rank dedupes the global batch's ids, admits their
   ``U`` unique rows (``U`` as for uniform ids, at most the rows and ``B_global``), gathers
-  its local batch's rows and updates the ``U`` rows; one ring all-reduce per step carries
-  every replica's ``[U, D]`` FP32 gradient (its latency once for all replicas).
+  its local batch's rows and updates the ``U`` rows; its ``[U, D]`` FP32 gradient sums go
+  along the ranks (``W - 1`` hops) and back by a binomial-tree broadcast (``ceil(log2 W)``
+  hops), one message per hop for all replicas (their latency once for all).
 - Kernel time per id comes from measured rates (:class:`KernelRates`, one CPU thread):
   a cache hit costs what an FP32 row costs, a miss what the storage precision costs; a
   training step is one forward (admission + lookup) and one backward (fused update).
@@ -38,7 +39,8 @@ __all__ = [
     "KernelRates",
     "Network",
     "TableInfo",
-    "replica_allreduce_bytes",
+    "replica_chain_hops",
+    "replica_grad_bytes",
     "replica_seconds",
     "ring_allreduce_seconds",
     "shard_bytes",
@@ -184,9 +186,21 @@ def replica_seconds(
     return ns * 1e-9 + 3 * rates.call_us * 1e-6
 
 
-def replica_allreduce_bytes(table: TableInfo, global_batch: int) -> float:
-    """Bytes of a replica's ``[U, D]`` FP32 gradient all-reduced per step."""
+def replica_grad_bytes(table: TableInfo, global_batch: int) -> float:
+    """Bytes of a replica's ``[U, D]`` FP32 gradient sums, in each message of a step's chain."""
     return unique_rows(table.rows, global_batch) * table.dim * 4
+
+
+def replica_chain_hops(world_size: int) -> int:
+    """Messages in a row of the replicas' gradient chain: ``W - 1`` + ``ceil(log2 W)``.
+
+    The sums go from rank to rank in order (each rank adds its samples, so the sum keeps
+    the global sample order: ``ssl_rec.distributed.replica_grads``), then the last rank
+    broadcasts them (a binomial tree, as gloo's). Each hop carries the whole ``[U, D]``.
+    """
+    if world_size <= 1:
+        return 0
+    return world_size - 1 + math.ceil(math.log2(world_size))
 
 
 def ring_allreduce_seconds(nbytes: float, world_size: int, network: Network) -> float:
@@ -219,7 +233,8 @@ def step_cost(
     Returns:
         ``{"per_rank_bytes", "per_rank_kernel_s", "a2a_bytes_per_rank" (max over ranks of the
         all-to-all bytes of a step: ids in and out, rows forward and gradients backward),
-        "replica_allreduce_bytes" (the replicas' ``[U, D]`` gradients, one all-reduce),
+        "replica_grad_bytes" (the replicas' ``[U, D]`` gradient sums, each message of the
+        chain of :func:`replica_chain_hops` hops),
         "step_s", "parts"}``.
 
     """
@@ -235,8 +250,8 @@ def step_cost(
         ranks, n, column = placement.ranks, placement.row_splits, placement.column_split
         row_bytes = table.dim * network.comm_bytes
         replicated = placement.replicated
-        if replicated:  # its rows stay on the rank; its gradient goes in the all-reduce
-            replica_bytes += replica_allreduce_bytes(table, global_batch)
+        if replicated:  # its rows stay on the rank; its gradient sums go in the chain
+            replica_bytes += replica_grad_bytes(table, global_batch)
         for j, rank in enumerate(ranks):
             memory[rank] += shard_bytes(table, n, j if n > 1 else 0)
             kernel[rank] += (replica_seconds(table, world, batch_per_rank, rates) if replicated
@@ -256,7 +271,8 @@ def step_cost(
         "rows_a2a_s": 2 * _a2a_seconds(rows_out, rows_in, network),  # forward and backward
         "dense_s": batch_per_rank * rates.dense_ns_per_sample * 1e-9,
         "allreduce_s": ring,
-        "replica_allreduce_s": ring_allreduce_seconds(replica_bytes, world, network)
+        "replica_chain_s": replica_chain_hops(world)
+        * (network.latency_us * 1e-6 + replica_bytes / (network.bandwidth_gb_s * 1e9))
         if replica_bytes
         else 0.0,
     }
@@ -264,5 +280,5 @@ def step_cost(
         i + o + 2 * max(r, q) for i, o, r, q in zip(ids_out, ids_in, rows_out, rows_in, strict=True)
     )
     return {"per_rank_bytes": memory, "per_rank_kernel_s": kernel, "a2a_bytes_per_rank": a2a,
-            "replica_allreduce_bytes": replica_bytes, "step_s": sum(parts.values()),
+            "replica_grad_bytes": replica_bytes, "step_s": sum(parts.values()),
             "parts": parts}  # fmt: skip

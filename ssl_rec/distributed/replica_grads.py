@@ -1,15 +1,18 @@
-"""Replicated tables: this rank's samples forward, one all-reduce of per-unique-row gradients back.
+"""Replicated tables: this rank's samples forward, one ordered chain of per-row sums back.
 
 Every rank admits a replicated (``data_parallel``) table's ids of the whole global batch (they
 came by the input all-to-all), so every replica's cache admits the same rows and the batch's
 plan (unique rows, inverse, slots) is the same on every rank; the rank gathers only its own
-samples' rows. In backward each rank sums its samples' gradients per unique row of that plan
-(``[U, D]``, ``U`` at most the table's rows and the global batch), one all-reduce sums those
-over the ranks, divided by the world size as the other tables' all-to-alls and DDP's
-averaging of the dense layers are, and every replica applies the fused update to the ``U``
-rows from these sums. The all-reduce gives every rank the same bytes, so the replicas stay
-bit-identical; against one process, which also sums per unique row, only the order of each
-row's sum differs. No rank looks up or sends the other ranks' samples' rows or gradients.
+samples' rows. In backward the gradient of each unique row of that plan (``[U, D]``, ``U`` at
+most the table's rows and the global batch) is summed in global sample order, as the kernels
+sum it in one process: rank 0 adds its samples' gradients in sample order, sends the partial
+sums to rank 1, which goes on adding its samples, ..., and the last rank broadcasts the sums;
+every rank divides them by the world size (as the other tables' all-to-alls and DDP's
+averaging of the dense layers do) and applies the fused update to the ``U`` rows. The kernels
+start each row's sum from its first sample's gradient and add the next ones in sample order,
+so the chain gives the bits one process sums for the concatenated batch, and every rank gets
+the same bytes: replicas equal each other and one process. No rank looks up or sends the
+other ranks' samples' rows or per-sample gradients.
 """
 
 from __future__ import annotations
@@ -44,24 +47,36 @@ def local_plan(plan: AdmittedBatch, start: int, batch: int) -> AdmittedBatch:
                          plan.slots[:, :width].contiguous())  # fmt: skip
 
 
-def row_grads(plan: AdmittedBatch, grad: torch.Tensor, start: int) -> torch.Tensor:
-    """This rank's gradient summed per unique row of the global plan, in sample order.
+def row_grads(
+    plan: AdmittedBatch, grad: torch.Tensor, start: int, partial: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Samples ``start : start + B``'s gradients added per unique row, in sample order.
+
+    Each row's sum is ``((p + g_1) + g_2) + ...`` over its samples in order, ``p`` the row of
+    ``partial``; without ``partial`` it starts from ``-0.0``, the value whose sum with any
+    float is that float, so a row's sum starts from its first sample's gradient as is, as the
+    kernels' does. Feeding one rank's result to the next rank's call therefore gives the
+    kernels' per-row sums of the concatenated samples, bit for bit.
 
     Args:
         plan: The global batch's plan (``[T, B_global]``, ``U_t`` unique rows per table).
-        grad: float32[B, T, D] gradient of this rank's samples ``start : start + B``.
-        start: First sample of this rank.
+        grad: float32[B, T, D] gradient of the samples ``start : start + B``.
+        start: Their first sample in the global batch.
+        partial: float32[sum_t U_t, D] sums of the samples before ``start``, added to in
+            place, or None.
 
     Returns:
-        float32[sum_t U_t, D]: table 0's ``U_0`` rows, then table 1's, ... (zero for a row
-        none of this rank's samples looked up).
+        float32[sum_t U_t, D]: table 0's ``U_0`` rows, then table 1's, ... (``partial``'s
+        value, or ``-0.0``, for a row none of these samples looked up).
 
     """
     batch, tables, dim = grad.shape
     counts = plan.num_unique
     offsets = torch.cumsum(counts, 0) - counts
     index = plan.inverse[:, start : start + batch].to(torch.int64) + offsets[:, None]
-    out = torch.zeros(int(counts.sum()), dim)
+    out = torch.full((int(counts.sum()), dim), -0.0) if partial is None else partial
+    # index_add_ on contiguous rows adds the source rows one after another in index order
+    # (sample-major here), so each row's additions follow the sample order.
     return out.index_add_(0, index.t().reshape(-1), grad.reshape(batch * tables, dim))
 
 
@@ -96,7 +111,7 @@ def unique_row_update(
 
 @dataclass(frozen=True)
 class ReplicaSync:
-    """How a rank's replicas see the other ranks: its samples, and the gradients' all-reduce.
+    """How a rank's replicas see the other ranks: its samples, and the chain of row sums.
 
     Attributes:
         group: The collection's process group.
@@ -116,7 +131,12 @@ class ReplicaSync:
     def reduce(
         self, plans: list[AdmittedBatch], grads: list[torch.Tensor]
     ) -> list[tuple[AdmittedBatch, torch.Tensor]]:
-        """Every rank's gradients of each plan, per unique row, divided by W (a collective).
+        """Every rank's gradients of each plan, per unique row, divided by W (collectives).
+
+        The per-row sums are accumulated along the ranks in order (receive rank ``r - 1``'s
+        sums, add this rank's samples, send them to rank ``r + 1``) and the last rank
+        broadcasts them: one message of ``sum_c sum_t U_t * D_c`` floats per hop for all
+        calls, ``W - 1`` hops and one broadcast per step, the same on every rank.
 
         Args:
             plans: The global plans of this rank's replica kernel calls (same on every rank).
@@ -124,15 +144,19 @@ class ReplicaSync:
 
         Returns:
             Per call, the ``(plan', grad)`` of :func:`unique_row_update` for the summed
-            gradients: one all-reduce of ``sum_c sum_t U_t * D_c`` floats for all calls.
+            gradients.
 
         """
-        parts = [row_grads(p, g, self.rank * g.shape[0]).reshape(-1)
-                 for p, g in zip(plans, grads, strict=True)]  # fmt: skip
-        flat = torch.cat(parts) if len(parts) > 1 else parts[0]
+        sizes = [int(p.num_unique.sum()) * g.shape[2] for p, g in zip(plans, grads, strict=True)]
+        flat = torch.full((sum(sizes),), -0.0)
+        if self.rank > 0:
+            dist.recv(flat, group=self.group, group_src=self.rank - 1)
+        for p, g, s in zip(plans, grads, flat.split(sizes), strict=True):
+            row_grads(p, g, self.rank * g.shape[0], s.view(-1, g.shape[2]))
+        if self.rank < self.world - 1:
+            dist.send(flat, group=self.group, group_dst=self.rank + 1)
         if self.world > 1:
-            dist.all_reduce(flat, group=self.group)
+            dist.broadcast(flat, group=self.group, group_src=self.world - 1)
         flat.div_(self.world)
-        sizes = [p.numel() for p in parts]
         return [unique_row_update(p, s.view(-1, g.shape[2]))
                 for p, g, s in zip(plans, grads, flat.split(sizes), strict=True)]  # fmt: skip

@@ -30,7 +30,8 @@ from ssl_rec.distributed.cost_model import (
     KernelRates,
     Network,
     TableInfo,
-    replica_allreduce_bytes,
+    replica_chain_hops,
+    replica_grad_bytes,
     replica_seconds,
     shard_bytes,
     shard_seconds,
@@ -99,14 +100,15 @@ def _price_replicas(
 
     Every replica receives the global batch's ids, dedupes and admits them, looks up its
     local batch and updates the batch's unique rows (:func:`replica_seconds`); no rows
-    travel; backward all-reduces the ``[U, D]`` gradient (its bandwidth term here: the one
-    all-reduce's latency is shared by every replica of the plan).
+    travel; backward passes the ``[U, D]`` gradient sums along the ranks and broadcasts them
+    (:func:`replica_chain_hops` messages; their bandwidth term here: the chain's latency is
+    shared by every replica of the plan).
     """
     world = len(option.shards)
     local = world_batch // world
     compute = replica_seconds(table, world, local, rates)
     ids = world_batch * (world - 1) / world * 12 / BANDWIDTH  # int64 id + int32 length
-    reduce = 2 * (world - 1) / world * replica_allreduce_bytes(table, world_batch) / BANDWIDTH
+    reduce = replica_chain_hops(world) * replica_grad_bytes(table, world_batch) / BANDWIDTH
     replica = shard_bytes(table, 1, 0)
     for shard in option.shards:
         shard.storage = Storage(hbm=replica, ddr=0)

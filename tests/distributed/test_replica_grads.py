@@ -1,10 +1,12 @@
 """A replica's update from per-unique-row gradients is the kernels' update, bit for bit.
 
-One process, no communication: with one rank, summing the gradient per unique row
-(``row_grads``) and applying the one-sample-per-unique-row plan (``unique_row_update``) gives
-the same stores, caches, optimizer state and statistics as ``update`` of the batch's plan;
-with several ranks, the sum of the ranks' per-row sums equals the whole batch's per-row sum
-up to rounding. ``local_plan`` gathers a rank's samples of a global plan.
+One process, no communication: the batch's samples cut into 1, 2 or 3 consecutive ranks'
+parts, each part's gradient added per unique row onto the previous parts' sums
+(``row_grads``, the chain ``ReplicaSync.reduce`` runs over the ranks), and the
+one-sample-per-unique-row plan (``unique_row_update``) give the same stores, caches,
+optimizer state and statistics as ``update`` of the batch's plan, reference and compiled
+kernels, with ``-0.0`` and ``+0.0`` gradients among the samples. ``local_plan`` gathers a
+rank's samples of a global plan.
 """
 
 from __future__ import annotations
@@ -43,12 +45,23 @@ def _batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.stack([(torch.rand(BATCH, generator=g) ** 3 * r).long() for r in ROWS], 1)
     grad = torch.randn(BATCH, len(ROWS), DIM, generator=g)
     grad[::5, 1] = 0  # rows some samples leave untouched
+    grad[1::7, 0] = -0.0  # a sum that starts from +0.0 would turn these into +0.0
+    grad[2::9, 2, ::2] = -0.0
     return ids, grad
 
 
+def _chained(plan, grad: torch.Tensor, ranks: int) -> torch.Tensor:
+    """The per-row sums of ``ranks`` consecutive parts of the batch, added part after part."""
+    local, sums = grad.shape[0] // ranks, None
+    for r in range(ranks):
+        sums = row_grads(plan, grad[r * local : (r + 1) * local], r * local, sums)
+    return sums
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
 @pytest.mark.parametrize("kernels", ["reference", "compiled"])
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.precision.value}-{s.cache_fraction}")
-def test_unique_row_update_equals_the_batch_update(spec, kernels, monkeypatch) -> None:
+def test_chained_row_sums_update_like_the_batch(spec, kernels, ranks, monkeypatch) -> None:
     monkeypatch.setenv("SSL_REC_KERNELS", kernels)
     ops = get_kernels()
     direct, summed = _collection(spec), _collection(spec)
@@ -60,20 +73,33 @@ def test_unique_row_update_equals_the_batch_update(spec, kernels, monkeypatch) -
             if collection is direct:
                 ops.update(t, plan, grad, 3, 2 * step + 1)
             else:
-                ops.update(t, *unique_row_update(plan, row_grads(plan, grad, 0)), 3, 2 * step + 1)
+                ops.update(
+                    t, *unique_row_update(plan, _chained(plan, grad, ranks)), 3, 2 * step + 1
+                )
     for a, b in zip(_state(direct), _state(summed), strict=True):
         assert torch.equal(a, b)
 
 
-def test_ranks_row_sums_add_up_to_the_batch_row_sums() -> None:
+def test_chained_row_sums_are_the_sample_order_sums() -> None:
     ids, grad = _batch(0)
     collection = _collection(SPECS[0])
     plan = get_kernels().admit(collection.group.tensors(), ids, 3, 0)
     whole = row_grads(plan, grad, 0)
+    assert whole.shape == (int(plan.num_unique.sum()), DIM)
+    offsets = torch.cumsum(plan.num_unique, 0) - plan.num_unique
+    expected = torch.full_like(whole, float("nan"))
+    for t in range(len(ROWS)):  # the kernels' sum: first sample as is, then in sample order
+        for b in range(BATCH):
+            u = int(offsets[t] + plan.inverse[t, b])
+            first = bool(expected[u].isnan().all())
+            expected[u] = grad[b, t] if first else expected[u] + grad[b, t]
+    for ranks in (1, 2, 3):
+        chained = _chained(plan, grad, ranks)
+        assert torch.equal(chained.view(torch.int32), expected.view(torch.int32)), ranks
+    # the order matters: the two halves' sums added afterwards differ in some last bits
     half = BATCH // 2
     parts = row_grads(plan, grad[:half], 0) + row_grads(plan, grad[half:], half)
-    assert whole.shape == (int(plan.num_unique.sum()), DIM)
-    torch.testing.assert_close(parts, whole, rtol=0, atol=1e-5)
+    assert not torch.equal(parts, expected)
 
 
 @pytest.mark.parametrize("kernels", ["reference", "compiled"])

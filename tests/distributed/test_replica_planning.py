@@ -13,8 +13,10 @@ import pytest
 from ssl_rec.data import CRITEO_KAGGLE_CARDINALITIES
 from ssl_rec.distributed.cost_model import (
     KernelRates,
+    Network,
     TableInfo,
     default_hit_rate,
+    replica_chain_hops,
     replica_seconds,
     shard_bytes,
     shard_seconds,
@@ -70,7 +72,12 @@ def test_a_replica_costs_its_local_batch_and_unique_rows() -> None:
     plan = {"big": TablePlacement("row_wise", tuple(range(8))),
             "tiny": TablePlacement("data_parallel", tuple(range(8)))}  # fmt: skip
     cost = step_cost(tables, plan, 8, 4096, 0)
-    assert cost["replica_allreduce_bytes"] == pytest.approx(4 * 16 * 4)  # [U, D] FP32
+    assert cost["replica_grad_bytes"] == pytest.approx(4 * 16 * 4)  # [U, D] FP32
+    # 7 hops along the ranks, 3 of the broadcast, each a message of [U, D]
+    assert replica_chain_hops(8) == 10 and replica_chain_hops(2) == 2 and replica_chain_hops(1) == 0
+    network = Network()
+    hop = network.latency_us * 1e-6 + 4 * 16 * 4 / (network.bandwidth_gb_s * 1e9)
+    assert cost["parts"]["replica_chain_s"] == pytest.approx(10 * hop)
 
 
 def _criteo() -> list[TableInfo]:

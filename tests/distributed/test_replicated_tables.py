@@ -2,8 +2,9 @@
 
 The worker trains the parity model with every small table replicated on both ranks (the
 others row-split or whole), on the same 50 global batches as one process training the
-unsharded tables; its ``RESULT`` lines carry the losses and the replica checks. Each
-replica's backward all-reduces one ``[U, D]`` gradient per table, ``U`` the global batch's
+unsharded tables, and the same tables alone (no dense layers) beside one process; its
+``RESULT`` lines carry the losses and the replica checks. Each backward passes one ``[U, D]``
+gradient per replicated table along the ranks and broadcasts it, ``U`` the global batch's
 unique ids of the table, not the ``[W * B, D]`` per-sample gradients.
 """
 
@@ -36,9 +37,13 @@ def test_replicated_tables_match_one_process_and_stay_identical() -> None:
         assert len(run["replicated"]) >= 10 and "data_parallel" in run["types"].values()
         assert run["replicas_identical"], f"{tables}: replicas differ across ranks"
         assert run["reload_identical"], f"{tables}: state_dict reload changed a replica"
-        # One all-reduce per backward, of exactly the global batch's unique rows times D.
-        assert run["reduced"] == run["unique_floats"], f"{tables}: replica comm is not [U, D]"
-        assert max(run["reduced"]) < run["sample_floats"] / 2
+        # Per backward rank 0 sends one message of exactly the global batch's unique rows
+        # times D and receives it back by one broadcast.
+        assert run["sent"] == run["unique_floats"], f"{tables}: replica comm is not [U, D]"
+        assert run["broadcast"] == run["unique_floats"]
+        assert max(run["sent"]) < run["sample_floats"] / 2
+        # The tables alone: every sample's loss and every replica's bytes are one process's.
+        assert run["tables_only"] == {"samples_same": True, "replicas_same": True}, tables
         if tables == "int8_cache5":  # cached INT8 replicas: their caches admit and hit
             assert run["cache_rows"] > 0 and run["cache_hits"] > 0
         ctr = model(schema, SPECS[tables]).train()
@@ -47,6 +52,6 @@ def test_replicated_tables_match_one_process_and_stay_identical() -> None:
         gap = max(abs(a - b) for a, b in zip(run["losses"], reference, strict=True))
         assert gap <= TOLERANCE[tables], f"{tables}: loss gap {gap} over {STEPS} steps"
         print(
-            f"{tables}: loss gap {gap:.2e}, replica all-reduce {max(run['reduced'])} floats "
+            f"{tables}: loss gap {gap:.2e}, replica message {max(run['sent'])} floats "
             f"of at most {run['sample_floats']} per-sample gradient floats"
         )

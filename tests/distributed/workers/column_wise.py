@@ -6,12 +6,11 @@ Every rank trains the sharded collection on its half of 50 global batches and, b
 one unsharded collection on the whole global batches (the reference). The loss is a mean
 over samples of a sum of one fixed function of each table's row, and each rank's local batch
 is a power of two, so the tables' gradients are the same numbers on both sides. The replica
-sums each row's gradient per rank and all-reduces the sums, where one process sums in sample
-order: its cache decisions are the reference's, its values within rounding (reported, then
-the reference adopts the replica's state so that the remaining checks are exact). Prints one
-RESULT line: both runs' losses, the replica's gap, whether every shard's state equals its
-rows (its column blocks) of the reference tables, and whether a checkpoint written by the
-ranks reads back into one process and into freshly sharded tables with the same state, and
+sums each row's gradient along the ranks in sample order, as one process does. Prints one
+RESULT line: both runs' losses, whether every sample's loss is the same, the replica's gap
+(bytes and values), whether every shard's state (the replica's included) equals its rows
+(its column blocks) of the reference tables, and whether a checkpoint written by the ranks
+reads back into one process and into freshly sharded tables with the same state, and
 whether one process's state, read mapped from a file into declared tables, gives every
 shard its rows.
 """
@@ -63,9 +62,10 @@ def batch(step: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, (ids % 7).float().sum(1) / 10 - 1
 
 
-def loss_of(rows: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """A sum of one term per table: a table's gradient does not depend on the others' rows."""
-    return ((rows * WEIGHT).sum(2) - target[:, None]).pow(2).sum(1).mean()
+def sample_losses(rows: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """float32[B]: each sample's sum of one term per table (a table's gradient does not depend
+    on the others' rows)."""
+    return ((rows * WEIGHT).sum(2) - target[:, None]).pow(2).sum(1)
 
 
 def shard(tables: MixedPrecisionEmbeddingCollection, group) -> nn.Module:
@@ -80,19 +80,29 @@ def shard(tables: MixedPrecisionEmbeddingCollection, group) -> nn.Module:
     return root.tables
 
 
-def train(module, rank: int, world: int, global_batch: int) -> list[float]:
-    """Train 50 steps on this rank's part of each global batch (all of it for one process)."""
-    losses, local = [], global_batch // world
+def train(module, rank: int, world: int, global_batch: int) -> tuple[list[float], torch.Tensor]:
+    """Train 50 steps on this rank's part of each global batch (all of it for one process).
+
+    Returns:
+        Each step's loss (the mean of the global batch's sample losses, taken alike for any
+        number of ranks) and float32[STEPS, global_batch] every sample's loss.
+
+    """
+    losses, every, local = [], [], global_batch // world
     for step in range(STEPS):
         ids, target = batch(step, global_batch)
         mine = slice(rank * local, (rank + 1) * local)
-        loss = loss_of(module(ids[mine]), target[mine])
+        per_sample = sample_losses(module(ids[mine]), target[mine])
+        loss = per_sample.mean()
         loss.backward()
-        reported = loss.detach().clone()
+        samples = per_sample.detach()
         if world > 1:
-            dist.all_reduce(reported)
-        losses.append(float(reported) / world)
-    return losses
+            gathered = [torch.empty_like(samples) for _ in range(world)]
+            dist.all_gather(gathered, samples)
+            samples = torch.cat(gathered)
+        losses.append(float(samples.mean()))
+        every.append(samples)
+    return losses, torch.stack(every)
 
 
 def shards_match(sharded, reference: MixedPrecisionEmbeddingCollection) -> bool:
@@ -111,20 +121,19 @@ def shards_match(sharded, reference: MixedPrecisionEmbeddingCollection) -> bool:
     return bool(flag)
 
 
-def adopt_replica(sharded, reference: MixedPrecisionEmbeddingCollection) -> dict:
-    """The replica's gap to the reference's table; then the reference takes its state."""
+def replica_gap(sharded, reference: MixedPrecisionEmbeddingCollection) -> dict:
+    """Whether the replica's tensors equal the reference table's, and its largest differences."""
     index = NAMES.index("replica")
     mine = table_pieces(sharded._shard_of(index)[0])
     theirs = table_pieces(reference.group.tables[index])
     decisions = all(torch.equal(mine[k], theirs[k]) for k in ("cache.tags", "cache.state"))
     values = sharded.float_weights()[index] - reference.float_weights()[index]
     momentum = mine["momentum"] - theirs["momentum"]
-    for key, value in theirs.items():
-        value.copy_(mine[key])
-    scale = theirs["momentum"].abs().max()
     return {"replica_decisions_same": decisions,
+            "replica_bytes_same": mine.keys() == theirs.keys()
+            and all(torch.equal(mine[k], theirs[k]) for k in mine),
             "replica_value_gap": float(values.abs().max()),
-            "replica_momentum_gap": float(momentum.abs().max() / scale)}  # fmt: skip
+            "replica_momentum_gap": float(momentum.abs().max())}  # fmt: skip
 
 
 def states_equal(a: dict, b: dict) -> bool:
@@ -146,9 +155,9 @@ def main() -> None:
     group = dist.new_group(backend="gloo")
     sharded = shard(collection(), group).train()
     reference = collection().train()
-    losses = train(sharded, rank, world, LOCAL_BATCH * world)
-    reference_losses = train(reference, 0, 1, LOCAL_BATCH * world)
-    replica = adopt_replica(sharded, reference)
+    losses, samples = train(sharded, rank, world, LOCAL_BATCH * world)
+    reference_losses, reference_samples = train(reference, 0, 1, LOCAL_BATCH * world)
+    replica = replica_gap(sharded, reference)
     ids, _ = batch(STEPS, LOCAL_BATCH * world)
     mine = ids[rank * LOCAL_BATCH : (rank + 1) * LOCAL_BATCH]
     sharded.eval(), reference.eval()
@@ -178,6 +187,7 @@ def main() -> None:
     report(
         losses=losses,
         reference_losses=reference_losses,
+        sample_losses_same=torch.equal(samples, reference_samples),
         **replica,
         types={name: p.sharding_type for name, p in PLAN.items()},
         shards_match=shards_match(sharded, reference),

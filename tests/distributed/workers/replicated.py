@@ -6,13 +6,12 @@ The same 50 global batches as ``parity.py``. Prints one RESULT line per table sp
 of each step, the names of the replicated tables, whether every replica is bit-identical
 across the ranks after training, whether a sharded collection loaded from the trained
 one's ``state_dict`` (DCP's ``ShardedTensor`` blocks) holds the same replicas, the floats
-each backward all-reduced for the replicas against the global batch's unique ids times D,
-and the replicas' cache rows and hits.
+rank 0 sent and received by broadcast for the replicas in each backward against the global
+batch's unique ids times D, the replicas' cache rows and hits, and the tables trained alone
+(:func:`tables_only`) against one process: every sample's loss and every replica's bytes.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.distributed as dist
@@ -65,17 +64,21 @@ def same_everywhere(local: torch.Tensor) -> bool:
 
 
 class CollectiveSpy:
-    """``torch.distributed`` for ``replica_grads``, recording the shape of every all-reduce."""
+    """``torch.distributed`` for ``replica_grads``, recording the floats of every message."""
 
     def __init__(self) -> None:
-        self.shapes: list[tuple[int, ...]] = []
+        self.calls: dict[str, list[int]] = {"send": [], "recv": [], "broadcast": []}
 
     def __getattr__(self, name: str):
-        return getattr(dist, name)
+        op = getattr(dist, name)
+        if name not in self.calls:
+            return op
 
-    def all_reduce(self, tensor: torch.Tensor, *args, **kwargs):
-        self.shapes.append(tuple(tensor.shape))
-        return dist.all_reduce(tensor, *args, **kwargs)
+        def spied(tensor: torch.Tensor, *args, **kwargs):
+            self.calls[name].append(tensor.numel())
+            return op(tensor, *args, **kwargs)
+
+        return spied
 
 
 def unique_row_floats(collection, replicated: list[str], step_batch) -> list[int]:
@@ -90,6 +93,43 @@ def cache_counts(collection, replicated: list[str]) -> tuple[int, int]:
     tables = [collection._shard_of(collection.table_names.index(n))[0] for n in replicated]
     return (sum(int(t.cache.rows.shape[0]) for t in tables),
             sum(int(t.cache.stats[0]) for t in tables))  # fmt: skip
+
+
+def tables_only(schema, spec, plan, group, step_batch, world: int, rank: int) -> dict:
+    """The tables alone (no dense layers), sharded by ``plan`` against one process.
+
+    The loss is a mean over samples of one term per table, so every gradient the tables get
+    is a function of the samples' rows only, the same numbers on both sides (local batches
+    are powers of two). Returns whether every sample's loss of every step equals one
+    process's and whether every replica's bytes equal one process's table.
+    """
+    sharded = shard(model(schema, spec), plan, group).train()
+    reference = model(schema, spec).get_submodule(TABLES_PATH).train()
+    fields, dim = len(sharded.table_names), sharded.embedding_dim
+    weight = torch.linspace(-1.0, 1.0, fields * dim).view(fields, dim)
+    same, local = True, GLOBAL_BATCH // world
+    for step in range(STEPS):
+        batch = step_batch(step)
+        outputs = []
+        for tables, start, size in ((sharded, rank * local, local), (reference, 0, GLOBAL_BATCH)):
+            rows = tables(batch.sparse[start : start + size])
+            target = batch.label[start : start + size, None]
+            per_sample = ((rows * weight).sum(2) - target).pow(2).sum(1)
+            per_sample.mean().backward()
+            outputs.append(per_sample.detach())
+        gathered = [torch.empty_like(outputs[0]) for _ in range(world)]
+        dist.all_gather(gathered, outputs[0])
+        same &= torch.equal(torch.cat(gathered), outputs[1])
+    replicated = [n for n, p in plan.items() if p.replicated]
+    expected = torch.cat([
+        t.contiguous().view(torch.uint8).reshape(-1)
+        for n in replicated
+        for t in table_pieces(reference.group.tables[reference.table_names.index(n)]).values()
+    ])  # fmt: skip
+    return {"samples_same": same,
+            "replicas_same": same_everywhere(torch.tensor([torch.equal(
+                replica_bytes(sharded, replicated), expected)]))
+            and torch.equal(replica_bytes(sharded, replicated), expected)}  # fmt: skip
 
 
 def main() -> None:
@@ -117,14 +157,16 @@ def main() -> None:
         fresh.load_state_dict(collection.state_dict())
         report(tables=tables, losses=losses, replicated=replicated,
                types={n: p.sharding_type for n, p in plan.items()},
-               reduced=[math.prod(shape) for shape in spy.shapes],
+               sent=list(spy.calls["send"]), broadcast=list(spy.calls["broadcast"]),
                unique_floats=unique_row_floats(collection, replicated, step_batch),
                sample_floats=GLOBAL_BATCH * len(replicated) * collection.embedding_dim,
                cache_rows=cache_rows, cache_hits=cache_hits,
                replicas_identical=same_everywhere(trained),
                reload_identical=same_everywhere(
                    torch.tensor([torch.equal(trained, replica_bytes(fresh, replicated))])
-               ) and torch.equal(trained, replica_bytes(fresh, replicated)))  # fmt: skip
+               ) and torch.equal(trained, replica_bytes(fresh, replicated)),
+               tables_only=tables_only(schema, spec, plan, group, step_batch, world,
+                                       rank))  # fmt: skip
     finish()
 
 
