@@ -63,3 +63,12 @@ def finish() -> None:
         dist.barrier()
         dist.destroy_process_group()
     os._exit(0)
+
+
+def vm_data() -> int:
+    """This process's data segment in bytes (``VmData``: what ``RLIMIT_DATA`` limits)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmData in /proc/self/status")

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from common import TABLES_PATH, data, finish, part, report
+from common import TABLES_PATH, data, finish, part, report, vm_data
 
 from ssl_rec.distributed.cyclic_layout import table_pieces
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, TableSpec, declare_tables
@@ -150,14 +150,6 @@ def check(out: Path) -> None:
     finish()
 
 
-def _vm_data() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmData in /proc/self/status")
-
-
 def memory(out: Path, scale: float, phase: str) -> None:
     import torchrec  # noqa: F401 - imported before the limit, as the strategy would
 
@@ -166,7 +158,7 @@ def memory(out: Path, scale: float, phase: str) -> None:
     with declare_tables():
         total = build(schema, SPEC).get_submodule(TABLES_PATH).memory_report()["total"]
     table_bytes = total["total_bytes"] + total["optimizer_state"]
-    limit = _vm_data() + 9 * table_bytes // 10  # below all tables, above half plus gloo's
+    limit = vm_data() + 9 * table_bytes // 10  # below all tables, above half plus gloo's
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     ckpt = out / "one.ckpt"
     capture = Capture(None)

@@ -22,7 +22,7 @@ from functools import partial
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from common import SPECS, TABLES_PATH, data, finish, part, report
+from common import SPECS, TABLES_PATH, data, finish, part, report, vm_data
 
 from ssl_rec.hardware import TableSpec, declare_tables
 from ssl_rec.lightning import CTRModule, ShardedTablesStrategy
@@ -100,14 +100,6 @@ def check() -> None:
     finish()
 
 
-def _vm_data() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmData in /proc/self/status")
-
-
 def memory() -> None:
     import torchrec  # noqa: F401 - imported before the limit, as the strategy would
 
@@ -120,7 +112,7 @@ def memory() -> None:
         module = build(schema, spec, MEMORY_DIM)
     total = module.get_submodule(TABLES_PATH).memory_report()["total"]
     table_bytes = total["total_bytes"] + total["optimizer_state"]
-    limit = _vm_data() + 3 * table_bytes // 4
+    limit = vm_data() + 3 * table_bytes // 4
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     capture = Capture(keep_stores=False)
     if world > 1:
