@@ -20,6 +20,7 @@ from ssl_rec.hardware.column_blocks import expand_ids
 from ssl_rec.hardware.kernels.dispatch import get_kernels
 from ssl_rec.hardware.memory import summarize
 from ssl_rec.hardware.table import EmbeddingTable
+from ssl_rec.hardware.table_group import check_table_ids
 
 __all__ = ["CollectionSurface"]
 
@@ -46,15 +47,7 @@ class CollectionSurface:
 
     def check_ids(self, ids: torch.Tensor) -> None:
         """Raise for ids that are not ``int64[B, F]`` within the cardinalities (names the table)."""
-        if ids.dim() != 2 or ids.shape[1] != self.num_tables:
-            raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {self.num_tables}]")
-        bad = (ids < 0) | (ids >= self._limits)
-        if bool(bad.any()):
-            b, f = (int(v) for v in bad.nonzero()[0])
-            raise IndexError(
-                f"table {f}: id {int(ids[b, f])} out of range [0, {int(self._limits[f])}) "
-                f"(cardinality {int(self._limits[f])}) at sample {b}"
-            )
+        check_table_ids(ids, self._limits)
 
     def _shard_of(self, table: int) -> tuple[EmbeddingTable | None, int, int]:
         """(this rank's shard or replica of ``table`` or None, its index j, row splits n)."""

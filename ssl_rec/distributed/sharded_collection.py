@@ -232,10 +232,10 @@ class ShardedMixedPrecisionEmbeddingCollection(
         on the process group's threads.
         """
         if ids is not None:
-            if ids.dim() != 2 or ids.shape[1] != self.num_tables:
-                raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {self.num_tables}]")
             ids = ids.to(torch.int64).contiguous().clone()
-            if bool(((ids < 0) | (ids >= self._limits)).any()):
+            try:
+                self.check_ids(ids)  # a bad shape raises; bad ids are left to their forward
+            except IndexError:
                 ids = None
         self.ahead.schedule(ids)
 

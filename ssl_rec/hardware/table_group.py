@@ -32,12 +32,38 @@ from ssl_rec.hardware.precision import Precision
 from ssl_rec.hardware.prefetch import AdmissionQueue
 from ssl_rec.hardware.table import EmbeddingTable
 
-__all__ = ["TableGroup"]
+__all__ = ["TableGroup", "check_table_ids"]
 
 
 def _check_shape(ids: torch.Tensor, limits: torch.Tensor) -> None:
     if ids.dim() != 2 or ids.shape[1] != limits.shape[0]:
         raise ValueError(f"ids shape {tuple(ids.shape)} must be [B, {limits.shape[0]}]")
+
+
+def check_table_ids(ids: torch.Tensor, limits: torch.Tensor) -> None:
+    """Raise for ids that are not ``int64[B, T]`` within ``[0, limits[t])``.
+
+    Args:
+        ids: int64[B, T] ids.
+        limits: int64[T] cardinalities.
+
+    Raises:
+        ValueError: ids not ``[B, T]``.
+        IndexError: naming the table, the id, the cardinality and the sample of a bad id.
+
+    """
+    _check_shape(ids, limits)
+    if ids.numel() == 0:
+        return
+    # One pass for every column's extremes; the element-wise search only on failure.
+    low, high = torch.aminmax(ids, dim=0)
+    if bool((low < 0).any()) or bool((high >= limits).any()):
+        bad = (ids < 0) | (ids >= limits)
+        b, f = (int(v) for v in bad.nonzero()[0])
+        raise IndexError(
+            f"table {f}: id {int(ids[b, f])} out of range [0, {int(limits[f])}) "
+            f"(cardinality {int(limits[f])}) at sample {b}"
+        )
 
 
 def _wait_hook(module: TableGroup, *args: object) -> None:
@@ -86,7 +112,6 @@ class TableGroup(nn.Module):
         # None: one kernel call for all tables (no column blocks), the plain path.
         self._calls = block_calls(per_id) if max(per_id) > 1 else None
         self._per_id = per_id
-        self._kept_calls: dict[int, tuple[tuple, TableTensors]] = {}
         self.tables = nn.ModuleList(tables)
         self.seed = seed
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
@@ -98,18 +123,17 @@ class TableGroup(nn.Module):
         self._low_precision = any(t.spec.precision is not Precision.fp32 for t in tables)
         self.queue = AdmissionQueue()
         self._scheduled: tuple[torch.Tensor, bool] | None = None
-        self._kept_tensors: tuple[tuple, TableTensors] | None = None
+        self._kept_views: dict[int | None, tuple[tuple, TableTensors]] = {}
         # Saving or loading waits for an admission in flight (it writes these buffers).
         self.register_state_dict_pre_hook(_wait_hook)
         self._register_load_state_dict_pre_hook(_wait_hook, with_module=True)
 
     def __getstate__(self) -> dict:
         # The kept view holds a compiled handle, which neither pickles nor deep-copies.
-        return {**super().__getstate__(), "_kept_tensors": None, "_kept_calls": {}}
+        return {**super().__getstate__(), "_kept_views": {}}
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202 - nn.Module's signature
-        self._kept_tensors = None  # let the old tensors go before new ones are made
-        self._kept_calls = {}
+        self._kept_views = {}  # let the old tensors go before new ones are made
         return super()._apply(fn, recurse)
 
     def tensors(self, tables: list[int] | None = None) -> TableTensors:
@@ -122,27 +146,18 @@ class TableGroup(nn.Module):
             return self._build_tensors(tables)
         return self._kernel_view(get_kernels())
 
-    def _kernel_view(self, kernels: ModuleType | CompiledKernels) -> TableTensors:
+    def _kernel_view(
+        self, kernels: ModuleType | CompiledKernels, call: int | None = None
+    ) -> TableTensors:
+        """The kept view of all tables, or of the tables of column-block call ``call``."""
         key = (buffer_epoch.current(), kernels, tuple(self.tables._modules.values()))
-        kept = self._kept_tensors
+        kept = self._kept_views.get(call)
         if kept is not None and kept[0] == key:
             return kept[1]
-        t = self._build_tensors(None)
+        t = self._build_tensors(None if call is None else self._calls[call][0])
         if isinstance(kernels, CompiledKernels):
             t = kernels.bind(t)
-        self._kept_tensors = (key, t)
-        return t
-
-    def _call_view(self, kernels: ModuleType | CompiledKernels, call: int) -> TableTensors:
-        """The kept view of the tables of call ``call`` (see :meth:`_kernel_view`)."""
-        key = (buffer_epoch.current(), kernels, tuple(self.tables._modules.values()))
-        kept = self._kept_calls.get(call)
-        if kept is not None and kept[0] == key:
-            return kept[1]
-        t = self._build_tensors(self._calls[call][0])
-        if isinstance(kernels, CompiledKernels):
-            t = kernels.bind(t)
-        self._kept_calls[call] = (key, t)
+        self._kept_views[call] = (key, t)
         return t
 
     def _combine(self, outs: list[torch.Tensor], batch: int) -> torch.Tensor:
@@ -173,26 +188,8 @@ class TableGroup(nn.Module):
         )
 
     def check_ids(self, ids: torch.Tensor, limits: torch.Tensor | None = None) -> None:
-        """Raise IndexError naming the table, the id and the cardinality of a bad id.
-
-        Args:
-            ids: int64[B, T] ids.
-            limits: int64[T] cardinalities (default: all tables').
-
-        """
-        limits = self._limits if limits is None else limits
-        _check_shape(ids, limits)
-        if ids.numel() == 0:
-            return
-        # One pass for every column's extremes; the element-wise search only on failure.
-        low, high = torch.aminmax(ids, dim=0)
-        if bool((low < 0).any()) or bool((high >= limits).any()):
-            bad = (ids < 0) | (ids >= limits)
-            b, f = (int(v) for v in bad.nonzero()[0])
-            raise IndexError(
-                f"table {f}: id {int(ids[b, f])} out of range [0, {int(limits[f])}) "
-                f"(cardinality {int(limits[f])}) at sample {b}"
-            )
+        """Raise for bad ids: :func:`check_table_ids` against ``limits`` (default: all tables')."""
+        check_table_ids(ids, self._limits if limits is None else limits)
 
     def _next_step(self) -> int:
         step = int(self.step)
@@ -210,7 +207,7 @@ class TableGroup(nn.Module):
         if self._calls is None:
             return kernels.forward(self._kernel_view(kernels), ids)
         self.check_ids(ids)
-        outs = [kernels.forward(self._call_view(kernels, c), expand_ids(ids[:, tables], per))
+        outs = [kernels.forward(self._kernel_view(kernels, c), expand_ids(ids[:, tables], per))
                 for c, (tables, per) in enumerate(self._calls)]  # fmt: skip
         return self._combine(outs, ids.shape[0])
 
@@ -232,7 +229,7 @@ class TableGroup(nn.Module):
             return kernels.admit(self._kernel_view(kernels), ids, self.seed, step, locks,
                                  parallel)  # fmt: skip
         return tuple(
-            kernels.admit(self._call_view(kernels, c), expand_ids(ids[:, tables], per),
+            kernels.admit(self._kernel_view(kernels, c), expand_ids(ids[:, tables], per),
                           self.seed, step, [lock[c] for lock in locks], parallel)
             for c, (tables, per) in enumerate(self._calls)
         )  # fmt: skip
@@ -269,7 +266,7 @@ class TableGroup(nn.Module):
             self._kernel_view(kernels)  # built here, not on the helper thread
         else:
             for call in range(len(self._calls)):
-                self._call_view(kernels, call)
+                self._kernel_view(kernels, call)
 
         def admit() -> AdmittedBatch:
             return self._admit_calls(kernels, ids, step, locks, not background)
@@ -299,7 +296,7 @@ class TableGroup(nn.Module):
         kernels = get_kernels()
         if self._calls is None:
             return kernels.gather(self._kernel_view(kernels), plan)
-        outs = [kernels.gather(self._call_view(kernels, c), part) for c, part in enumerate(plan)]
+        outs = [kernels.gather(self._kernel_view(kernels, c), part) for c, part in enumerate(plan)]
         return self._combine(outs, plan[0].inverse.shape[1] // self._calls[0][1])
 
     def apply_update(self, plan: AdmittedBatch, grad: torch.Tensor) -> None:
@@ -313,7 +310,7 @@ class TableGroup(nn.Module):
             return
         step = self._next_step()
         for c, ((tables, per), part) in enumerate(zip(self._calls, plan, strict=True)):
-            kernels.update(self._call_view(kernels, c), part, split_blocks(grad[:, tables], per),
+            kernels.update(self._kernel_view(kernels, c), part, split_blocks(grad[:, tables], per),
                            self.seed, step)  # fmt: skip
 
     def forward(self, ids: torch.Tensor, train: bool) -> torch.Tensor:

@@ -56,7 +56,7 @@ def test_learning_rate_changes_reach_a_kept_view():
         _train_step(emb)
     kept.set_learning_rate(0.5)
     rebuilt.set_learning_rate(0.5)
-    rebuilt.group._kept_tensors = None  # a view built after the change
+    rebuilt.group._kept_views = {}  # a view built after the change
     for emb in (kept, rebuilt, unchanged):
         _train_step(emb)
     stores = [[t.store.clone() for t in e.group.tables] for e in (kept, rebuilt, unchanged)]
