@@ -73,8 +73,7 @@ def _fit(run: Callable, out: Path, cache: Path, *extra: str) -> tuple[list[float
         for row in csv.DictReader(metrics.open()):
             if row.get("train/loss"):
                 losses[int(row["step"])] = float(row["train/loss"])
-    ahead = [json.loads(line[len("AHEAD ") :]) for line in done.stdout.splitlines()
-             if line.startswith("AHEAD ")]  # fmt: skip
+    ahead = [json.loads(path.read_text()) for path in out.glob("ahead_rank*.json")]
     return [losses[s] for s in sorted(losses)], sorted(ahead, key=lambda c: c["rank"])
 
 
