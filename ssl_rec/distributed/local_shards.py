@@ -4,7 +4,7 @@ The shard-local lookup and fused update of a sharded collection. Table-wise shar
 sample of the global batch, so they are looked up together by one kernel call (ids
 ``[B, T]``, one call per block width with column blocks); replicas admit the global batch
 too, in a call of their own, but gather and return only this rank's samples, and update
-from per-unique-row gradients all-reduced over the ranks
+from per-unique-row gradients summed along the ranks in sample order
 (:mod:`~ssl_rec.distributed.replica_grads`); row-wise and column-wise shards see a
 different number of ids each and get one call per shard.
 Tables are independent in the kernels, so this grouping never changes a result. One step

@@ -4,7 +4,7 @@ A placement names the ranks that hold a table. One rank holds a whole table
 (``table_wise``); several ranks split its rows cyclically (``row_wise`` over every rank,
 ``table_row_wise`` over the ranks of one host); every rank holds a replica of a small table
 (``data_parallel``: each rank admits the global batch, looks up its own samples and applies
-the same fused update from all-reduced per-row gradients, so the replicas stay
+the same fused update from per-row gradients summed along the ranks, so the replicas stay
 bit-identical); a table with ``k`` column blocks can put block ``b`` on rank
 ``ranks[b % n]`` (``column_wise``, ``n`` dividing ``k``: the cyclic row split of its
 ``[R * k, D / k]`` stored rows). Plans are plain data (JSON/YAML), with no TorchRec import;
