@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ssl_rec.models.mlp import MLP
@@ -19,23 +20,31 @@ class _UpperDotProducts(torch.autograd.Function):
 
     Autograd of ``gather(bmm(V, V^T))`` scatters the gradient into ``[B, N, N]`` and runs two
     batched products (one per operand of ``bmm``); the gradient of a Gram matrix is
-    ``(G + G^T) V``, one product. The forward is the module's own (same values).
+    ``(G + G^T) V``, one product. ``G`` is zero outside the upper triangle, so ``G + G^T`` is
+    ``G`` read into both triangles: one gather from the gradient padded with a zero column
+    (the same values as the sum, without zero-filling and adding ``[B, N, N]`` tensors).
+    The forward is the module's own (same values).
     """
 
     @staticmethod
-    def forward(ctx, vectors: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:  # noqa: ANN001, D102
-        ctx.save_for_backward(vectors, upper)
+    def forward(  # noqa: D102
+        ctx,  # noqa: ANN001
+        vectors: torch.Tensor,
+        upper: torch.Tensor,
+        symmetric: torch.Tensor,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(vectors, symmetric)
         gram = torch.bmm(vectors, vectors.transpose(1, 2)).flatten(1)
         return torch.gather(gram, 1, upper.expand(gram.shape[0], -1))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001, D102
-        vectors, upper = ctx.saved_tensors
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # noqa: ANN001, D102
+        vectors, symmetric = ctx.saved_tensors
         n = vectors.shape[1]
-        full = grad.new_zeros(grad.shape[0], n * n).index_copy_(1, upper, grad)
-        full = full.view(-1, n, n).to(vectors.dtype)
-        return torch.bmm(full + full.transpose(1, 2), vectors), None
+        padded = F.pad(grad.to(vectors.dtype), (0, 1))
+        full = padded.index_select(1, symmetric).view(-1, n, n)
+        return torch.bmm(full, vectors), None, None
 
 
 class DotInteraction(nn.Module):
@@ -52,11 +61,18 @@ class DotInteraction(nn.Module):
         # two dimensions with (rows, cols), for float32 and bfloat16 alike.
         self.register_buffer("_upper", rows * num_vectors + cols, persistent=False)
         self.out_dim = int(rows.numel())
+        # For backward: entry (i, j) of the symmetric gradient is pair k's where (i, j) or
+        # (j, i) is pair k, else the zero column appended at index out_dim.
+        symmetric = torch.full((num_vectors * num_vectors,), self.out_dim, dtype=torch.long)
+        pairs = torch.arange(self.out_dim)
+        symmetric[rows * num_vectors + cols] = pairs
+        symmetric[cols * num_vectors + rows] = pairs
+        self.register_buffer("_symmetric", symmetric, persistent=False)
 
     def forward(self, vectors: torch.Tensor) -> torch.Tensor:
         """Return the flattened upper triangle of ``vectors @ vectors^T``."""
         if torch.is_grad_enabled() and vectors.requires_grad:
-            return _UpperDotProducts.apply(vectors, self._upper)
+            return _UpperDotProducts.apply(vectors, self._upper, self._symmetric)
         gram = torch.bmm(vectors, vectors.transpose(1, 2)).flatten(1)
         return torch.gather(gram, 1, self._upper.expand(gram.shape[0], -1))
 

@@ -11,37 +11,73 @@ Positions are grouped by field and scored with one matmul per field, so nothing 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 
-def by_field(
-    x: torch.Tensor, fields: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor]
-) -> torch.Tensor:
-    """Apply ``fn(x[fields == f], f)`` per field and return the results in ``x``'s row order.
+def field_groups(fields: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+    """``(field, positions)`` for each field present in ``fields int64[M]``, in field order.
 
-    Args:
-        x: ``[M, ...]`` per-position inputs.
-        fields: ``int64[M]`` field of each position.
-        fn: maps ``(rows of x of one field, field index)`` to ``[rows, ...]``.
-
-    Returns:
-        ``[M, ...]`` the concatenated outputs, rows in the original order.
-
+    ``positions`` are ascending indices into ``fields`` (a stable sort).
     """
-    if fields.numel() == 0:
-        return fn(x, 0)
     order = torch.argsort(fields, stable=True)
     counts = torch.bincount(fields, minlength=1).tolist()
-    blocks, start = [], 0
+    groups, start = [], 0
     for f, n in enumerate(counts):
         if n:
-            blocks.append(fn(x[order[start : start + n]], f))
+            groups.append((f, order[start : start + n]))
             start += n
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=order.device)
-    return torch.cat(blocks)[inverse]
+    return groups
+
+
+class _CandidateLogits(torch.autograd.Function):
+    """:func:`candidate_logits` with one output buffer and a per-field backward.
+
+    Autograd of the per-field products, their concatenation and reordering keeps several
+    ``[M, C]`` copies and, per field, zero-fills a ``[M, D]`` and a ``[C, F, D]`` gradient;
+    here each field's block is written into the output once and its gradient read back once
+    (the same values: each product and mask is the one of the plain formulation).
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx,  # noqa: ANN001
+        query: torch.Tensor,
+        target_emb: torch.Tensor,
+        cand_emb: torch.Tensor,
+        fields: torch.Tensor,
+        target_ids: torch.Tensor,
+        cand_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        groups = field_groups(fields)
+        out = query.new_empty(query.shape[0], 1 + cand_emb.shape[0])
+        out[:, 0] = (query * target_emb).sum(-1)
+        neg = out[:, 1:]
+        for f, rows in groups:
+            block = query[rows] @ cand_emb[:, f].T
+            block.masked_fill_(cand_ids[:, f] == target_ids[rows, None], float("-inf"))
+            neg.index_copy_(0, rows, block)
+        ctx.groups = groups
+        ctx.save_for_backward(query, target_emb, cand_emb, target_ids, cand_ids)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # noqa: ANN001, D102
+        query, target_emb, cand_emb, target_ids, cand_ids = ctx.saved_tensors
+        need_query, need_target, need_cand = ctx.needs_input_grad[:3]
+        pos = grad[:, :1]
+        grad_query = pos * target_emb if need_query else None
+        grad_target = pos * query if need_target else None
+        grad_cand = torch.zeros_like(cand_emb) if need_cand else None
+        if need_query or need_cand:
+            for f, rows in ctx.groups:
+                block = grad.index_select(0, rows)[:, 1:]  # whole rows: a copy per row
+                block.masked_fill_(cand_ids[:, f] == target_ids[rows, None], 0.0)
+                if need_query:
+                    grad_query.index_add_(0, rows, block @ cand_emb[:, f])
+                if need_cand:
+                    grad_cand[:, f] = block.T @ query[rows]
+        return grad_query, grad_target, grad_cand, None, None, None
 
 
 def candidate_logits(
@@ -63,14 +99,64 @@ def candidate_logits(
         cand_ids: ``int64[C, F]`` candidate ids.
 
     Returns:
-        ``float32[M, 1 + C]``; candidates holding the true id are ``-inf``.
+        ``float32[M, 1 + C]``; candidates holding the true id are ``-inf``. Differentiable
+        in ``query``, ``target_emb`` and ``cand_emb``.
 
     """
-    pos = (query * target_emb).sum(-1, keepdim=True)
-    neg = by_field(query, fields, lambda q, f: q @ cand_emb[:, f].T)
-    same = by_field(target_ids, fields, lambda t, f: cand_ids[:, f].unsqueeze(0) == t[:, None])
-    # In place: ``neg`` is a fresh tensor that no backward reads (one temporary fewer).
-    return torch.cat([pos, neg.masked_fill_(same, float("-inf"))], dim=1)
+    return _CandidateLogits.apply(query, target_emb, cand_emb, fields, target_ids, cand_ids)
+
+
+class _CandidateMix(torch.autograd.Function):
+    """:func:`candidate_mix`: each field's block multiplied and written once, both ways.
+
+    Autograd of per-field products on ``weights[rows]`` zero-fills and accumulates an
+    ``[M, C]`` gradient once per field; here each field's rows of it are written once.
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx,  # noqa: ANN001
+        weights: torch.Tensor,
+        fields: torch.Tensor,
+        target_emb: torch.Tensor,
+        cand_emb: torch.Tensor,
+    ) -> torch.Tensor:
+        groups = field_groups(fields)
+        rest = target_emb.new_empty(target_emb.shape)
+        for f, rows in groups:
+            rest.index_copy_(0, rows, weights.index_select(0, rows)[:, 1:] @ cand_emb[:, f])
+        ctx.groups = groups
+        ctx.save_for_backward(target_emb, cand_emb)
+        return weights[:, :1] * target_emb + rest
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # noqa: ANN001, D102
+        target_emb, cand_emb = ctx.saved_tensors
+        out = grad.new_empty(grad.shape[0], 1 + cand_emb.shape[0])
+        out[:, 0] = (grad * target_emb).sum(1)
+        rest = out[:, 1:]
+        for f, rows in ctx.groups:
+            rest.index_copy_(0, rows, grad[rows] @ cand_emb[:, f].T)
+        return out, None, None, None
+
+
+def candidate_mix(
+    weights: torch.Tensor, fields: torch.Tensor, target_emb: torch.Tensor, cand_emb: torch.Tensor
+) -> torch.Tensor:
+    """Weighted sums of the columns' embeddings of :func:`candidate_logits`: ``float32[M, D]``.
+
+    Args:
+        weights: ``float32[M, 1 + C]`` (differentiable) column 0 = the true id, then the
+            candidates.
+        fields: ``int64[M]`` field of each position.
+        target_emb: ``float32[M, D]`` embedding of each position's true id (a constant).
+        cand_emb: ``float32[C, F, D]`` candidate embeddings (a constant).
+
+    """
+    if fields.numel() == 0:
+        return weights[:, :1] * target_emb
+    return _CandidateMix.apply(weights, fields, target_emb, cand_emb)
 
 
 def gumbel_noise(
@@ -84,3 +170,29 @@ def gumbel_noise(
     # In place: the same operations and values as -log(-log(u)) without three temporaries
     # of the logits' size (tens of MB per batch, each paying fresh pages).
     return u.log_().neg_().log_().neg_()
+
+
+def gumbel_argmax(
+    logits: torch.Tensor,
+    generator: torch.Generator,
+    temperature: float = 1.0,
+    exclude_first: bool = False,
+    rows_per_draw: int = 1024,
+) -> torch.Tensor:
+    """Gumbel-max samples ``argmax(logits / temperature + G)`` per row: ``int64[M]``.
+
+    ``logits float32[M, K]``; ``exclude_first`` never picks column 0. The noise is drawn
+    ``rows_per_draw`` rows at a time and each block's maximum taken while it is in cache:
+    on CPU, where a generator's stream does not depend on how a draw is split, the same
+    noise and choices as one ``[M, K]`` draw (:func:`gumbel_noise`), without its
+    ``[M, K]`` temporaries.
+    """
+    out = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    for start in range(0, logits.shape[0], rows_per_draw):
+        block = logits[start : start + rows_per_draw]
+        noisy = gumbel_noise(block.shape, generator, block.device)
+        noisy.add_(block if temperature == 1.0 else block / temperature)
+        if exclude_first:
+            noisy[:, 0] = float("-inf")
+        out[start : start + rows_per_draw] = noisy.max(1).indices
+    return out

@@ -10,7 +10,8 @@ from einops import rearrange
 from torch import nn
 
 from ssl_rec.models.mlp import MLP
-from ssl_rec.objectives._candidates import by_field, candidate_logits
+from ssl_rec.objectives._candidates import candidate_logits, candidate_mix
+from ssl_rec.objectives._inplace_softmax import consumed_cross_entropy, entropy_and_cross_entropy
 from ssl_rec.types import BackboneDims, BackboneProtocol, Batch
 from ssl_rec.views import View
 
@@ -44,18 +45,26 @@ class Proposal:
 
     def mix(self, weights: torch.Tensor) -> torch.Tensor:
         """Weighted sum of the columns' embeddings, ``weights float32[M, 1 + C]`` -> ``[M, D]``."""
-        rest = by_field(weights[:, 1:], self.fields, lambda w, f: w @ self.row_emb[:, f])
-        return weights[:, :1] * self.true_emb + rest
+        return candidate_mix(weights, self.fields, self.true_emb, self.row_emb)
 
-    def mlm_loss(self) -> torch.Tensor:
-        """Cross-entropy of the true id (column 0): the generator's masked-LM loss."""
+    def mlm_loss(self, consume: bool = False) -> torch.Tensor:
+        """Cross-entropy of the true id (column 0): the generator's masked-LM loss.
+
+        ``consume``: compute it in the logits' storage (nothing may read them afterwards).
+        """
+        if not self.rows.numel():
+            return self.logits.sum()
         target = torch.zeros_like(self.rows)
-        return F.cross_entropy(self.logits, target) if self.rows.numel() else self.logits.sum()
+        if consume:
+            return consumed_cross_entropy(self.logits, target)
+        return F.cross_entropy(self.logits, target)
 
-    def entropy(self) -> torch.Tensor:
-        """Mean entropy of the proposal distributions (nats)."""
-        logp = self.logits.log_softmax(1)
-        return -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(1).mean()
+    def entropy_and_mlm_loss(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean entropy of the proposal distributions (nats) and :meth:`mlm_loss`."""
+        if not self.rows.numel():
+            zero = self.logits.sum()
+            return zero, zero
+        return entropy_and_cross_entropy(self.logits, torch.zeros_like(self.rows))
 
 
 class FieldGenerator(nn.Module):

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssl_rec._checks import check_at_least, check_nonnegative, check_positive
-from ssl_rec.objectives._candidates import gumbel_noise
+from ssl_rec.objectives._candidates import gumbel_argmax, gumbel_noise
 from ssl_rec.objectives._replacement import (
     Proposal,
     detection_loss,
@@ -86,8 +86,11 @@ class AdversarialFeatureReplacement(Objective):
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Discriminator (backbone + detection head) loss on generator samples."""
         with torch.no_grad():
-            batch, proposal, noisy = self._propose(batch, backbone)
-        corrupted = replace_ids(batch.sparse, proposal, noisy.argmax(1))
+            batch, proposal = propose(self.view, self.generator, batch, backbone)
+            gen = self.view.rng(batch.sparse.device)
+            # The samples of _propose's noisy logits, drawn block by block.
+            choice = gumbel_argmax(proposal.logits, gen, exclude_first=True)
+        corrupted = replace_ids(batch.sparse, proposal, choice)
         rep = backbone(batch.with_features(sparse=corrupted))
         loss, logs = detection_loss(
             self.discriminator(rep.pooled, rep.field_emb), corrupted != batch.sparse
@@ -99,7 +102,7 @@ class AdversarialFeatureReplacement(Objective):
         """Make the discriminator call the replacements original (straight-through Gumbel)."""
         batch, proposal, noisy = self._propose(batch, backbone)
         soft = (noisy / self.tau).softmax(1)
-        hard = F.one_hot(soft.argmax(1), soft.shape[1]).to(soft.dtype)
+        hard = torch.zeros_like(soft).scatter_(1, soft.max(1).indices[:, None], 1.0)
         choice = hard - soft.detach() + soft
         new_emb = proposal.mix(choice)
         with torch.no_grad():
@@ -108,7 +111,7 @@ class AdversarialFeatureReplacement(Objective):
         pooled, _ = backbone.encode(field_emb, batch.dense)
         logits = self.discriminator(pooled, field_emb)[proposal.rows, proposal.fields]
         fool = F.binary_cross_entropy_with_logits(logits, torch.zeros_like(logits))
-        entropy, mlm = proposal.entropy(), proposal.mlm_loss()
+        entropy, mlm = proposal.entropy_and_mlm_loss()
         loss = fool - self.entropy_weight * entropy + self.mlm_weight * mlm
         logs = {"fool": fool.detach(), "entropy": entropy.detach(), "generator_mlm": mlm.detach()}
         return ObjectiveOutput(loss, logs)

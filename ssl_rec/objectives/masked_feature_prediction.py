@@ -10,6 +10,7 @@ from torch import nn
 from ssl_rec._checks import check_at_least, check_positive
 from ssl_rec.models.mlp import MLP
 from ssl_rec.objectives._candidates import candidate_logits
+from ssl_rec.objectives._inplace_softmax import consumed_cross_entropy
 from ssl_rec.objectives.base import Objective
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import RandomFieldMask, View
@@ -77,6 +78,8 @@ class MaskedFeaturePrediction(Objective):
         self.query = MLP(dims.output_dim, [self.hidden, dims.n_tokens * dim])
         small = [f for f, c in enumerate(cards) if c <= self.full_softmax_max]
         self.small_fields = small
+        self.register_buffer("small_field_index", torch.tensor(small, dtype=torch.long),
+                             persistent=False)  # fmt: skip
         self.classifiers = nn.ModuleList(nn.Linear(dim, cards[f]) for f in small)
         large = torch.tensor([c > self.full_softmax_max for c in cards])
         self.register_buffer("large_field", large, persistent=False)
@@ -97,30 +100,40 @@ class MaskedFeaturePrediction(Objective):
         pooled = F.layer_norm(out.rep.pooled, out.rep.pooled.shape[-1:])
         query = rearrange(self.query(pooled), "b (t d) -> b t d", d=backbone.dims.embedding_dim)
         total, correct = query.sum() * 0.0, query.new_zeros(())
-        for classifier, f in zip(self.classifiers, self.small_fields, strict=True):
-            rows = out.field_mask[:, f].nonzero().squeeze(1)
-            if rows.numel():
-                logits = classifier(query[rows, f])
-                target = batch.sparse[rows, f]
-                total = total + F.cross_entropy(logits, target, reduction="sum")
-                correct = correct + (logits.argmax(1) == target).sum()
+        if self.small_fields:
+            # One gather of every masked small-field query (field-major, rows ascending: the
+            # positions and order of a per-field loop), so backward scatters into [B, T, D]
+            # once rather than once per field.
+            small = out.field_mask[:, self.small_fields]
+            slot, rows = small.t().nonzero(as_tuple=True)
+            fields = self.small_field_index[slot]
+            counts = torch.bincount(slot, minlength=len(self.small_fields)).tolist()
+            queries, targets = query[rows, fields], batch.sparse[rows, fields]
+            blocks = zip(self.classifiers, queries.split(counts), targets.split(counts),
+                         strict=True)  # fmt: skip
+            for classifier, q, target in blocks:
+                if target.numel():
+                    logits = classifier(q)
+                    total = total + F.cross_entropy(logits, target, reduction="sum")
+                    correct = correct + (logits.argmax(1) == target).sum()
         rows, fields = (out.field_mask & self.large_field).nonzero(as_tuple=True)
         if rows.numel():
             # Second lookup of the unmasked ids: targets and negatives share the tables, so
             # this loss also trains the embeddings (gradients reach them through the lookup).
-            emb = F.normalize(backbone.embed(batch.sparse), dim=-1)
+            # Normalized per vector, only the rows the logits read.
+            emb = backbone.embed(batch.sparse)
             cand = min(self.num_candidates, b)
             logits = candidate_logits(
                 F.normalize(query[rows, fields], dim=-1) / self.temperature,
                 fields,
-                emb[rows, fields],
+                F.normalize(emb[rows, fields], dim=-1),
                 batch.sparse[rows, fields],
-                emb[:cand],
+                F.normalize(emb[:cand], dim=-1),
                 batch.sparse[:cand],
             )
+            correct = correct + (logits.max(1).indices == 0).sum()
             target = torch.zeros_like(rows)
-            total = total + F.cross_entropy(logits, target, reduction="sum")
-            correct = correct + (logits.argmax(1) == 0).sum()
+            total = total + consumed_cross_entropy(logits, target, reduction="sum")
         n_masked = out.field_mask.sum()
         logs: dict[str, torch.Tensor | float] = {}
         if self.bin_classifier is not None and out.numeric_mask is not None:

@@ -10,10 +10,47 @@ import torch.nn.functional as F
 from ssl_rec._checks import check_at_least, check_positive, check_rate
 from ssl_rec.metrics import alignment, uniformity
 from ssl_rec.models.backbone import ema_update
+from ssl_rec.objectives._inplace_softmax import log_softmax_nll_, softmax_minus_onehot_
 from ssl_rec.objectives.base import Objective
 from ssl_rec.objectives.contrastive import ProjectionHead
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
 from ssl_rec.views import CorrelatedFieldMask, View
+
+
+class _QueueContrast(torch.autograd.Function):
+    """Mean cross-entropy of ``[q.k, q @ queue^T] / t`` against column 0, one ``[N, 1 + K]`` buffer.
+
+    The logits are written and turned into log-probabilities in one buffer, which backward
+    turns into the gradient in place (``F.cross_entropy`` of the concatenated logits, to
+    rounding). Only ``q`` gets a gradient: keys and queue are constants.
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx,  # noqa: ANN001
+        q: torch.Tensor,
+        k: torch.Tensor,
+        queue: torch.Tensor,
+        temperature: float,
+    ) -> torch.Tensor:
+        logits = q.new_empty(q.shape[0], 1 + queue.shape[0])
+        scaled = q / temperature  # 1/t on the queries: no pass over the [N, 1 + K] logits
+        logits[:, 0] = (scaled * k).sum(1)
+        torch.mm(scaled, queue.T.contiguous(), out=logits[:, 1:])
+        target = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
+        loss = log_softmax_nll_(logits, target)
+        ctx.log_probs, ctx.target, ctx.temperature = logits, target, temperature
+        ctx.save_for_backward(k, queue)
+        return loss
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # noqa: ANN001, D102
+        k, queue = ctx.saved_tensors
+        g = softmax_minus_onehot_(ctx.log_probs, ctx.target)
+        ctx.log_probs = None
+        grad_q = torch.addmm(g[:, :1] * k, g[:, 1:], queue)
+        return grad_q.mul_(grad / (g.shape[0] * ctx.temperature)), None, None, None
 
 
 class MomentumContrast(Objective):
@@ -102,11 +139,8 @@ class MomentumContrast(Objective):
             self._momentum_update(backbone)
         q = F.normalize(self.projection(self.view(batch, backbone).rep.pooled), dim=1)
         k = self._keys(batch, backbone)
-        pos = (q * k).sum(1, keepdim=True)
-        # A copy: the queue is updated in place below, after the logits were built.
-        neg = q @ self.queue.clone().T
-        logits = torch.cat([pos, neg], dim=1) / self.temperature
-        loss = F.cross_entropy(logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device))
+        # A copy: the queue is updated in place below, before backward reads it.
+        loss = _QueueContrast.apply(q, k, self.queue.clone(), self.temperature)
         if self.training:
             self._enqueue(k)
         logs = {

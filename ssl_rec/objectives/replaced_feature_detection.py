@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ssl_rec._checks import check_at_least, check_nonnegative, check_positive
-from ssl_rec.objectives._candidates import gumbel_noise
+from ssl_rec.objectives._candidates import gumbel_argmax
 from ssl_rec.objectives._replacement import (
     Proposal,
     detection_loss,
@@ -72,14 +72,13 @@ class ReplacedFeatureDetection(Objective):
         batch, proposal = self.propose(batch, backbone)
         with torch.no_grad():
             gen = self.view.rng(batch.sparse.device)
-            noise = gumbel_noise(proposal.logits.shape, gen, proposal.logits.device)
-            choice = (proposal.logits / self.sample_temperature + noise).argmax(1)
+            choice = gumbel_argmax(proposal.logits, gen, self.sample_temperature)
         corrupted = replace_ids(batch.sparse, proposal, choice)
         rep = backbone(batch.with_features(sparse=corrupted))
         d_loss, logs = detection_loss(
             self.discriminator(rep.pooled, rep.field_emb), corrupted != batch.sparse
         )
-        g_loss = proposal.mlm_loss()
+        g_loss = proposal.mlm_loss(consume=True)  # the logits' last reader
         loss = d_loss + self.generator_weight * g_loss
         logs.update(
             loss=loss.detach(), detection_loss=d_loss.detach(), generator_mlm=g_loss.detach()
