@@ -10,7 +10,10 @@ This subclass also writes ``last.ckpt``
   the epoch (:class:`ssl_rec.data.loader.BatchLoader` is stateful, Lightning saves it), the
   random generators, the tables with their caches and stochastic-rounding step counters and
   the optimizer states, so the resumed run repeats the uninterrupted one bit for bit;
-- at the end of every training epoch, after its validation and its top-k checkpoint;
+- at the end of every training epoch, after its validation and its top-k checkpoint; an
+  epoch that ``max_steps`` ends inside is saved as unfinished (any checkpoint written at its
+  end, :func:`~ssl_rec.lightning.finished_epoch_resume.save_unfinished_epoch`), so the
+  resumed run trains the rest of it;
 - on Ctrl-C (SIGINT) in a one-process fit: the running step finishes, ``last.ckpt`` is
   written, and the fit stops as Lightning stops on ``KeyboardInterrupt`` (exit status 1).
   A second Ctrl-C stops at once (then the last checkpoint written is the one to resume).
@@ -34,7 +37,10 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor
 
-from ssl_rec.lightning.finished_epoch_resume import resume_after_finished_epoch
+from ssl_rec.lightning.finished_epoch_resume import (
+    resume_after_finished_epoch,
+    save_unfinished_epoch,
+)
 
 __all__ = ["ResumeCheckpoint"]
 
@@ -96,6 +102,13 @@ class ResumeCheckpoint(ModelCheckpoint):
         due = time.monotonic() - self._last_written_at >= self.last_interval.total_seconds()
         if trainer.strategy.broadcast(due):  # rank 0's clock decides for every rank
             self._write_last(trainer)
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Save an epoch that ``max_steps`` ended inside as unfinished (any checkpoint file)."""
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+        save_unfinished_epoch(trainer, checkpoint)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Count validations: a ``last.ckpt`` written before one is stale after it."""

@@ -86,7 +86,7 @@ def consumed_cross_entropy(
 class _EntropyAndCrossEntropy(torch.autograd.Function):
     """Mean entropy of ``softmax(logits)`` and mean cross-entropy, one backward pass.
 
-    The forward is the plain formulation's (same values); the backward writes
+    The forward is the plain formulation's (to rounding); the backward writes
     ``p * (g_ce - g_h * (log p + H)) - g_ce * onehot`` (over ``M`` rows) in one buffer
     instead of differentiating ``exp``, ``nan_to_num``, the product and ``log_softmax``
     one by one.
@@ -99,7 +99,7 @@ class _EntropyAndCrossEntropy(torch.autograd.Function):
         target: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         log_probs = logits.log_softmax(1)
-        probs = log_probs.exp()
+        probs = logits.softmax(1)  # = exp(log_probs); exp slows down on -inf, softmax does not
         finite = log_probs.nan_to_num(neginf=0.0)
         row_entropy = -(probs * finite).sum(1)
         ctx.save_for_backward(probs, finite, row_entropy, target)
@@ -126,7 +126,8 @@ def entropy_and_cross_entropy(
     """Mean entropy (nats) of ``softmax(logits float32[M, K])`` and ``F.cross_entropy``.
 
     ``-inf`` logits (impossible classes) add nothing to the entropy. Both scalars have the
-    values of the plain formulation; their gradients are computed together.
+    values of the plain formulation (the entropy to rounding); their gradients are computed
+    together.
     """
     if torch.is_grad_enabled() and logits.requires_grad:
         return _EntropyAndCrossEntropy.apply(logits, target)

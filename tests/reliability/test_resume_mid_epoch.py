@@ -316,3 +316,23 @@ def test_a_fit_stopped_by_max_steps_at_an_epoch_end_resumes_with_the_next_epoch(
     resumed = torch.load(last, weights_only=True)
     assert (resumed["epoch"], resumed["global_step"]) == (EPOCHS - 1, EPOCHS * STEPS_PER_EPOCH)
     _assert_identical(last, uninterrupted["fp32"])
+
+
+def test_a_fit_stopped_by_max_steps_inside_an_epoch_resumes_inside_it(
+    work: dict[str, Path], uninterrupted: dict[str, Path], tmp_path: Path
+) -> None:
+    """The epoch end Lightning runs at the stop writes ``last.ckpt``; the rest of the epoch
+    is trained after the resume, not skipped."""
+    root = tmp_path / "run"
+    last = root / "checkpoints" / "last.ckpt"
+    step = random.Random("max_steps").randint(1, STEPS_PER_EPOCH - 1)
+    epoch_end_only = "--trainer.callbacks.init_args.last_interval=null"  # no step's last.ckpt
+    main(_fit(work["config"], root, "fp32", epoch_end_only, f"--trainer.max_steps={step}"))
+    saved = torch.load(last, weights_only=True)
+    assert (saved["epoch"], saved["global_step"]) == (0, step)
+    assert saved["loops"]["fit_loop"]["epoch_progress"]["total"]["processed"] == 0
+    resume = [f"--trainer.max_steps={EPOCHS * STEPS_PER_EPOCH}", "--ckpt_path", "last"]
+    main(_fit(work["config"], root, "fp32", epoch_end_only, *resume))
+    resumed = torch.load(last, weights_only=True)
+    assert (resumed["epoch"], resumed["global_step"]) == (EPOCHS - 1, EPOCHS * STEPS_PER_EPOCH)
+    _assert_identical(last, uninterrupted["fp32"])
