@@ -17,7 +17,7 @@ from ssl_rec.quantize import (
     save_quantized,
     search_plan,
 )
-from ssl_rec.quantize.fbgemm_linear import FbgemmInt8Linear
+from ssl_rec.quantize.fbgemm_linear import LARGE_ROWS, WIDE_OUTPUT, FbgemmInt8Linear, _amx_int8
 from ssl_rec.quantize.quantization_plan import DENSE_LADDER, Unit
 from ssl_rec.quantize.search import ladder_of
 
@@ -127,3 +127,19 @@ def test_a_layer_that_cannot_take_a_precision_takes_the_next_choice(source, rows
     refused = [s for s in result.steps if s.unit == "layer encoder.bottom.0" and not s.accepted]
     assert [s.precision for s in refused] == ["int8_fbgemm"]
     assert refused[0].ne is None
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_large_calls_compute_the_fbgemm_product(relu):
+    torch.manual_seed(3)
+    layer = FbgemmInt8Linear.from_float(nn.Linear(40, WIDE_OUTPUT), relu)
+    x = torch.randn(LARGE_ROWS, 40).relu()
+    out = layer(x)
+    uses_amx = layer._packed_amx is not None
+    assert uses_amx == _amx_int8()  # oneDNN's packing exactly where the CPU has AMX
+    op = torch.ops.quantized.linear_relu_dynamic if relu else torch.ops.quantized.linear_dynamic
+    fbgemm = op(x, layer._pack("fbgemm"), True)
+    # the same 7-bit activations and INT8 weights: only the dequantization's rounding differs
+    torch.testing.assert_close(out, fbgemm, rtol=1e-5, atol=1e-5)
+    assert torch.equal(layer(x[: LARGE_ROWS - 1]), op(x[: LARGE_ROWS - 1], layer._packed, True))
+    assert copy.deepcopy(layer)._packed_amx is None  # repacked lazily, like the FBGEMM one
