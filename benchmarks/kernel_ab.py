@@ -4,12 +4,15 @@ timed on the same batches in interleaved rounds (admit, gather and update called
 no autograd), with each kernel phase's CPU time per step.
 
     python benchmarks/kernel_ab.py --base HEAD [--quick] [--batch 4096]
-        [--kinds int8_cache5,fp32] [--skew criteo] [--rounds 9] --json OUT.json
+        [--kinds int8_cache5,fp32] [--skew criteo] [--rounds 9] [--eval] --json OUT.json
 
 Prints, per table kind, each phase's median ms per step for A (the revision) -> B (the
 working tree) and the median of per-round step-time ratios A / B (> 1: B faster). Two builds
 take about two minutes the first time (cached by source hash under TORCH_EXTENSIONS_DIR).
-``--quick``: tables capped at 50k rows, 3 rounds. Writes the JSON and a PNG beside it.
+``--quick``: tables capped at 50k rows, 3 rounds. ``--eval``: the eval-mode lookup
+(``forward``: cached row, else the dequantized store row, nothing written) instead of the
+training step, on tables trained for two cycles first (their caches filled alike on both
+sides). Writes the JSON and a PNG beside it.
 """
 
 from __future__ import annotations
@@ -92,14 +95,20 @@ def run(args: argparse.Namespace) -> dict:
             k = ListKernels(ext)
         start = time.thread_time()
         for i, b in enumerate(batches):
+            if evaluate:
+                k.forward(t, b["ids"])
+                continue
             plan = k.admit(t, b["ids"], 0, 2 * (step + i))
             k.gather(t, plan)
             k.update(t, plan, b["grad"], 0, 2 * (step + i) + 1)
         return (time.thread_time() - start) / len(batches)
 
-    for side in exts:  # warm-up: one cycle each
+    evaluate = False
+    for side in exts:  # warm-up (and, for --eval, the training that fills the caches)
         for kind in args.kinds:
-            cycle(side, kind, 0)
+            for step in range(2 if args.eval else 1):
+                cycle(side, kind, 8 * step)
+    evaluate = args.eval
     times: dict[tuple[str, str, str], list[float]] = {}
     for r in range(args.rounds):
         for side in "AB" if r % 2 else "BA":
@@ -110,7 +119,9 @@ def run(args: argparse.Namespace) -> dict:
                 for phase, sec in ext.phase_seconds(on=False, reset=True).items():
                     if sec:
                         times.setdefault((side, kind, phase), []).append(sec / len(batches))
-    out: dict = {"base": args.base, "batch": args.batch, "skew": args.skew, "kinds": {}}
+    measured = "eval lookup" if args.eval else "training step"
+    out: dict = {"base": args.base, "batch": args.batch, "skew": args.skew,
+                 "measured": measured, "kinds": {}}  # fmt: skip
     for kind in args.kinds:
         phases = sorted({p for (_, k, p) in times if k == kind}, key=lambda p: p != "step")
         ms = {
@@ -160,6 +171,7 @@ def parse_args() -> argparse.Namespace:
         "--optimizer", choices=("sgd", "rowwise_adagrad"), default="rowwise_adagrad"
     )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--eval", action="store_true", help="time the eval-mode lookup")
     parser.add_argument("--rounds", type=int, help="default 9 (3 with --quick)")
     parser.add_argument(
         "--cap",
@@ -197,6 +209,9 @@ class ListKernels:
 
     def gather(self, t, plan):  # noqa: ANN001, ANN201, D102
         return self._ext.gather(*t, tuple(plan))
+
+    def forward(self, t, ids):  # noqa: ANN001, ANN201, D102
+        return self._ext.lookup(*t, ids)
 
     def update(self, t, plan, grad, seed, step) -> None:  # noqa: ANN001, D102
         self._ext.update(*t, tuple(plan), grad, seed, step)
