@@ -31,7 +31,7 @@ from ssl_rec.objectives._inplace_softmax import (
     consumed_cross_entropy,
     entropy_and_cross_entropy,
 )
-from ssl_rec.objectives._replacement import detection_loss, replace_ids
+from ssl_rec.objectives._replacement import Proposal, detection_loss, replace_ids
 from ssl_rec.objectives.momentum_contrast import _QueueContrast
 from ssl_rec.types import BackboneProtocol, Batch
 from ssl_rec.views import RandomFieldMask, View
@@ -315,44 +315,40 @@ def test_entropy_and_cross_entropy_equal_the_plain_terms_with_their_gradients() 
         torch.testing.assert_close(entropy_and_cross_entropy(logits0, target)[0], results[0][0])
 
 
-class PlainAdversarialFeatureReplacement(AdversarialFeatureReplacement):
-    """The generator's loss written with one-hot, per-field mixing and separate terms."""
-
-    def generator_loss(self, batch: Batch, backbone: BackboneProtocol):  # noqa: ANN201
-        batch, proposal, noisy = self._propose(batch, backbone)
-        soft = (noisy / self.tau).softmax(1)
-        hard = F.one_hot(soft.argmax(1), soft.shape[1]).to(soft.dtype)
-        choice = hard - soft.detach() + soft
-        rest = torch.empty_like(proposal.true_emb)
-        for f in proposal.fields.unique().tolist():
-            rows = (proposal.fields == f).nonzero().squeeze(1)
-            rest = rest.index_put((rows,), choice[rows, 1:] @ proposal.row_emb[:, f])
-        new_emb = choice[:, :1] * proposal.true_emb + rest
-        with torch.no_grad():
-            field_emb = backbone.embed(batch.sparse)
-        field_emb = field_emb.index_put((proposal.rows, proposal.fields), new_emb)
-        pooled, _ = backbone.encode(field_emb, batch.dense)
-        logits = self.discriminator(pooled, field_emb)[proposal.rows, proposal.fields]
-        fool = F.binary_cross_entropy_with_logits(logits, torch.zeros_like(logits))
-        logp = proposal.logits.log_softmax(1)
-        entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(1).mean()
-        mlm = F.cross_entropy(proposal.logits, torch.zeros_like(proposal.rows))
-        return fool - self.entropy_weight * entropy + self.mlm_weight * mlm
+def plain_mix(self: Proposal, weights: torch.Tensor) -> torch.Tensor:
+    """Proposal.mix as per-field products put back in row order."""
+    rest = torch.empty_like(self.true_emb)
+    for f in self.fields.unique().tolist():
+        rows = (self.fields == f).nonzero().squeeze(1)
+        rest = rest.index_put((rows,), weights[rows, 1:] @ self.row_emb[:, f])
+    return weights[:, :1] * self.true_emb + rest
 
 
-def test_adversarial_generator_loss_equals_its_plain_formulation() -> None:
+def plain_entropy_and_mlm_loss(self: Proposal) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposal.entropy_and_mlm_loss as two separately differentiated terms."""
+    logp = self.logits.log_softmax(1)
+    entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(1).mean()
+    return entropy, F.cross_entropy(self.logits, torch.zeros_like(self.rows))
+
+
+def test_adversarial_generator_loss_equals_its_plain_formulation(monkeypatch) -> None:  # noqa: ANN001
     batch = tiny_batch(128)
-    losses, grads = [], []
-    for cls in (AdversarialFeatureReplacement, PlainAdversarialFeatureReplacement):
+    losses, grads, calls = [], [], []
+    for plain in (False, True):
+        if plain:
+            monkeypatch.setattr(Proposal, "mix", lambda *a: calls.append(1) or plain_mix(*a))
+            monkeypatch.setattr(Proposal, "entropy_and_mlm_loss", plain_entropy_and_mlm_loss)
         torch.manual_seed(0)
         backbone = tiny_backbone()
-        objective = cls(View(RandomFieldMask(0.4), seed=2), entropy_weight=0.1, mlm_weight=0.5)
+        objective = AdversarialFeatureReplacement(
+            View(RandomFieldMask(0.4), seed=2), entropy_weight=0.1, mlm_weight=0.5
+        )
         objective.setup(backbone)
-        out = objective.generator_loss(batch, backbone)
-        loss = out if isinstance(out, torch.Tensor) else out.loss
+        loss = objective.generator_loss(batch, backbone).loss
         loss.backward()
         losses.append(loss.detach())
         grads.append({n: p.grad for n, p in objective.generator.named_parameters()})
+    assert calls  # the second run used the plain formulation
     torch.testing.assert_close(losses[0], losses[1])
     assert grads[0] and all(g is not None for g in grads[0].values())
     for name, grad in grads[0].items():
