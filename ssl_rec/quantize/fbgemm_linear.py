@@ -27,6 +27,7 @@ from what a larger batch gives the same row by the activations' quantization err
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from typing import Any
 
@@ -48,6 +49,7 @@ WIDE_OUTPUT = 128
 # torch flags quantized tensor creation as deprecated; the packed weight FBGEMM's kernel
 # needs is built from one, and the user can do nothing about the message.
 _DEPRECATION = "torch.quantize_per_tensor, torch.quantize_per_channel"
+_ENGINE_SWITCH = threading.Lock()
 
 
 class FbgemmInt8Linear(nn.Module):
@@ -128,18 +130,22 @@ class FbgemmInt8Linear(nn.Module):
 
     def _pack(self, engine: str = "fbgemm") -> Any:
         zero_points = torch.zeros(self.out_features, dtype=torch.int64)
-        previous = torch.backends.quantized.engine
-        try:
-            # The packing (and so the kernel a call runs) is the engine's set at prepack.
-            torch.backends.quantized.engine = engine
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", _DEPRECATION, UserWarning)
-                weight = torch._make_per_channel_quantized_tensor(
-                    self.weight, self.scale.double(), zero_points, 0
-                )
-            return torch.ops.quantized.linear_prepack(weight, self.bias)
-        finally:
-            torch.backends.quantized.engine = previous
+        with _ENGINE_SWITCH:  # the engine is process-wide: one switch at a time
+            previous = torch.backends.quantized.engine
+            try:
+                return self._prepack(engine, zero_points)
+            finally:
+                torch.backends.quantized.engine = previous
+
+    def _prepack(self, engine: str, zero_points: torch.Tensor) -> Any:
+        # The packing (and so the kernel a call runs) is the engine's set at prepack.
+        torch.backends.quantized.engine = engine
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _DEPRECATION, UserWarning)
+            weight = torch._make_per_channel_quantized_tensor(
+                self.weight, self.scale.double(), zero_points, 0
+            )
+        return torch.ops.quantized.linear_prepack(weight, self.bias)
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(*args, **kwargs)

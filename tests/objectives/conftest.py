@@ -42,3 +42,15 @@ def backbone() -> Backbone:
 @pytest.fixture
 def batch() -> Batch:
     return tiny_batch()
+
+
+@pytest.fixture
+def make_backbone():  # noqa: ANN201 - the factory
+    """:func:`tiny_backbone`, for tests that build several backbones."""
+    return tiny_backbone
+
+
+@pytest.fixture
+def make_batch():  # noqa: ANN201 - the factory
+    """:func:`tiny_batch`, for tests that need a batch of another size."""
+    return tiny_batch

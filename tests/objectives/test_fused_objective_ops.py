@@ -35,7 +35,6 @@ from ssl_rec.objectives._replacement import Proposal, detection_loss, replace_id
 from ssl_rec.objectives.momentum_contrast import _QueueContrast
 from ssl_rec.types import BackboneProtocol, Batch
 from ssl_rec.views import RandomFieldMask, View
-from tests.objectives.conftest import tiny_backbone, tiny_batch
 
 
 def plain_candidate_logits(query, fields, target_emb, target_ids, cand_emb, cand_ids):  # noqa: ANN001, ANN201
@@ -112,12 +111,12 @@ class PlainMaskedFeaturePrediction(MaskedFeaturePrediction):
         return total / out.field_mask.sum().clamp_min(1)
 
 
-def test_masked_feature_prediction_equals_its_plain_formulation() -> None:
-    batch = tiny_batch(128)
+def test_masked_feature_prediction_equals_its_plain_formulation(make_backbone, make_batch) -> None:  # noqa: ANN001
+    batch = make_batch(128)
     losses, grads, tables = [], [], []
     for cls in (MaskedFeaturePrediction, PlainMaskedFeaturePrediction):
         torch.manual_seed(0)  # the encoder's and the heads' initialization
-        backbone = tiny_backbone()
+        backbone = make_backbone()
         objective = cls(View(RandomFieldMask(0.5), seed=3), full_softmax_max=40, num_candidates=32)
         objective.setup(backbone)
         out = objective(batch, backbone)
@@ -251,12 +250,16 @@ class PlainReplacedFeatureDetection(ReplacedFeatureDetection):
 
 
 @pytest.mark.parametrize("sample_temperature", [1.0, 0.5])
-def test_replaced_feature_detection_equals_its_plain_formulation(sample_temperature: float) -> None:
-    batch = tiny_batch(128)
+def test_replaced_feature_detection_equals_its_plain_formulation(
+    sample_temperature: float,
+    make_backbone,
+    make_batch,  # noqa: ANN001
+) -> None:
+    batch = make_batch(128)
     losses, grads = [], []
     for cls in (ReplacedFeatureDetection, PlainReplacedFeatureDetection):
         torch.manual_seed(0)
-        backbone = tiny_backbone()
+        backbone = make_backbone()
         objective = cls(View(RandomFieldMask(0.4), seed=2), num_candidates=32,
                         sample_temperature=sample_temperature)  # fmt: skip
         objective.setup(backbone)
@@ -331,15 +334,17 @@ def plain_entropy_and_mlm_loss(self: Proposal) -> tuple[torch.Tensor, torch.Tens
     return entropy, F.cross_entropy(self.logits, torch.zeros_like(self.rows))
 
 
-def test_adversarial_generator_loss_equals_its_plain_formulation(monkeypatch) -> None:  # noqa: ANN001
-    batch = tiny_batch(128)
+def test_adversarial_generator_loss_equals_its_plain_formulation(
+    monkeypatch, make_backbone, make_batch
+) -> None:  # noqa: ANN001
+    batch = make_batch(128)
     losses, grads, calls = [], [], []
     for plain in (False, True):
         if plain:
             monkeypatch.setattr(Proposal, "mix", lambda *a: calls.append(1) or plain_mix(*a))
             monkeypatch.setattr(Proposal, "entropy_and_mlm_loss", plain_entropy_and_mlm_loss)
         torch.manual_seed(0)
-        backbone = tiny_backbone()
+        backbone = make_backbone()
         objective = AdversarialFeatureReplacement(
             View(RandomFieldMask(0.4), seed=2), entropy_weight=0.1, mlm_weight=0.5
         )
