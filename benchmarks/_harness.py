@@ -125,6 +125,21 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def portable_path(arg: str) -> str:
+    """``arg`` as a recording may keep it: no path of the machine that ran the benchmark.
+
+    An absolute path inside the repository becomes relative to its root, one elsewhere (a
+    scratch directory) its file name; anything else is returned as it is.
+    """
+    path = Path(arg)
+    if not path.is_absolute():
+        return arg
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return path.name
+
+
 def torch_threads() -> int | None:
     """Torch's intra-op thread count now, or None if torch was not imported."""
     torch = sys.modules.get("torch")
@@ -139,13 +154,15 @@ class Recording:
 
     Args:
         script: the benchmark's ``__file__`` (its stem names the benchmark).
-        argv: its arguments (default: ``sys.argv[1:]``).
+        argv: its arguments (default: ``sys.argv[1:]``); recorded through
+            :func:`portable_path`.
 
     """
 
     def __init__(self, script: str, argv: Sequence[str] | None = None) -> None:
         self.name = Path(script).stem
-        self.argv = [f"benchmarks/{self.name}.py", *(sys.argv[1:] if argv is None else argv)]
+        given = sys.argv[1:] if argv is None else argv
+        self.argv = [f"benchmarks/{self.name}.py", *map(portable_path, given)]
         self.commit, self.dirty = git_commit()
         self.versions = versions()
         self.load_start = list(os.getloadavg())

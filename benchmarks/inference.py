@@ -40,7 +40,7 @@ if not __package__:  # `python benchmarks/inference.py`: import the package from
 import numpy as np
 import torch
 
-from benchmarks._harness import Figure, Recording, benchmark_parser, pyplot
+from benchmarks._harness import Figure, Recording, benchmark_parser, portable_path, pyplot
 from ssl_rec.cli import instantiate
 from ssl_rec.cli.datamodules import datamodule_from, split_loader
 from ssl_rec.cli.quantize_commands import quantize
@@ -224,7 +224,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     quantized = load_quantized(out)
     fp32 = ModelBuilder(source).build(source.fp32_plan())
     return {
-        "config": args.config, "checkpoint": ckpt, "train_seconds": train_seconds,
+        "config": args.config, "checkpoint": args.ckpt and portable_path(args.ckpt),
+        "train_seconds": train_seconds,
         "budget_ne": args.budget_ne, "min_pair_agreement": args.min_pair_agreement,
         "report": {k: report[k] for k in REPORT_KEYS},
         "choices": report["choices"],

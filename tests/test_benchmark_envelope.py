@@ -36,6 +36,16 @@ def test_recorded_result_is_an_envelope(path: Path) -> None:
     assert envelope_problems(document) == []
     assert path.stem in BY_NAME, f"{path.name} is produced by no entry of benchmarks/_registry.py"
     assert document["benchmark"] == BY_NAME[path.stem].script
+    absolute = [a for a in document["argv"] or () if a.startswith("/")]
+    assert absolute == [], f"{path.name} records paths of the machine that ran it"
+
+
+def test_recording_keeps_no_path_of_the_machine() -> None:
+    inside = str(ROOT / "benchmarks" / "results" / "x.json")
+    argv = ["--json", inside, "--ckpt", "/scratch/run7/model.ckpt", "--seeds", "0"]
+    record = Recording(str(ROOT / "benchmarks" / "vocabulary.py"), argv)
+    assert record.argv == ["benchmarks/vocabulary.py", "--json", "benchmarks/results/x.json",
+                           "--ckpt", "model.ckpt", "--seeds", "0"]  # fmt: skip
 
 
 def test_every_script_is_in_the_one_list() -> None:
