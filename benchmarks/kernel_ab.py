@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict:
             spec = TableSpec(precision, cache, optimizer=args.optimizer)
             groups[side, kind] = MixedPrecisionEmbeddingCollection(cards, DIM, spec, seed=0).group
 
-    def cycle(side: str, kind: str, step: int) -> float:
+    def cycle(side: str, kind: str, step: int, evaluate: bool) -> float:
         t, ext = groups[side, kind].tensors(), exts[side]
         if hasattr(ext, "TableSet"):
             k = CompiledKernels(ext)
@@ -103,19 +103,18 @@ def run(args: argparse.Namespace) -> dict:
             k.update(t, plan, b["grad"], 0, 2 * (step + i) + 1)
         return (time.thread_time() - start) / len(batches)
 
-    evaluate = False
     for side in exts:  # warm-up (and, for --eval, the training that fills the caches)
         for kind in args.kinds:
             for step in range(2 if args.eval else 1):
-                cycle(side, kind, 8 * step)
-    evaluate = args.eval
+                cycle(side, kind, 8 * step, evaluate=False)
     times: dict[tuple[str, str, str], list[float]] = {}
     for r in range(args.rounds):
         for side in "AB" if r % 2 else "BA":
             ext = exts[side]
             for kind in args.kinds:
                 ext.phase_seconds(on=True, reset=True)
-                times.setdefault((side, kind, "step"), []).append(cycle(side, kind, 8 * (r + 1)))
+                seconds = cycle(side, kind, 8 * (r + 1), args.eval)
+                times.setdefault((side, kind, "step"), []).append(seconds)
                 for phase, sec in ext.phase_seconds(on=False, reset=True).items():
                     if sec:
                         times.setdefault((side, kind, phase), []).append(sec / len(batches))

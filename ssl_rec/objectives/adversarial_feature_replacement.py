@@ -75,20 +75,18 @@ class AdversarialFeatureReplacement(Objective):
 
     def _propose(
         self, batch: Batch, backbone: BackboneProtocol
-    ) -> tuple[Batch, Proposal, torch.Tensor]:
+    ) -> tuple[Batch, Proposal, torch.Generator]:
+        """The view's batch, the generator's proposal and the stream its noise is drawn from.
+
+        Column 0 (the true id) is never sampled, so every masked field is replaced.
+        """
         batch, proposal = propose(self.view, self.generator, batch, backbone)
-        gen = self.view.rng(batch.sparse.device)
-        noisy = proposal.logits + gumbel_noise(proposal.logits.shape, gen, batch.sparse.device)
-        # Column 0 is the true id: never proposed, so every masked field is replaced.
-        noisy[:, 0] = float("-inf")
-        return batch, proposal, noisy
+        return batch, proposal, self.view.rng(batch.sparse.device)
 
     def forward(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Discriminator (backbone + detection head) loss on generator samples."""
         with torch.no_grad():
-            batch, proposal = propose(self.view, self.generator, batch, backbone)
-            gen = self.view.rng(batch.sparse.device)
-            # The samples of _propose's noisy logits, drawn block by block.
+            batch, proposal, gen = self._propose(batch, backbone)
             choice = gumbel_argmax(proposal.logits, gen, exclude_first=True)
         corrupted = replace_ids(batch.sparse, proposal, choice)
         rep = backbone(batch.with_features(sparse=corrupted))
@@ -100,7 +98,9 @@ class AdversarialFeatureReplacement(Objective):
 
     def generator_loss(self, batch: Batch, backbone: BackboneProtocol) -> ObjectiveOutput:
         """Make the discriminator call the replacements original (straight-through Gumbel)."""
-        batch, proposal, noisy = self._propose(batch, backbone)
+        batch, proposal, gen = self._propose(batch, backbone)
+        noisy = proposal.logits + gumbel_noise(proposal.logits.shape, gen, batch.sparse.device)
+        noisy[:, 0] = float("-inf")
         soft = (noisy / self.tau).softmax(1)
         hard = torch.zeros_like(soft).scatter_(1, soft.max(1).indices[:, None], 1.0)
         choice = hard - soft.detach() + soft

@@ -36,20 +36,23 @@ class _QueueContrast(torch.autograd.Function):
         logits = q.new_empty(q.shape[0], 1 + queue.shape[0])
         scaled = q / temperature  # 1/t on the queries: no pass over the [N, 1 + K] logits
         logits[:, 0] = (scaled * k).sum(1)
-        torch.mm(scaled, queue.T.contiguous(), out=logits[:, 1:])
+        # A copy (the product runs faster with it contiguous) that backward reads: the
+        # caller updates the queue in place before backward runs.
+        keys = queue.T.contiguous()
+        torch.mm(scaled, keys, out=logits[:, 1:])
         target = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
         loss = log_softmax_nll_(logits, target)
         ctx.log_probs, ctx.target, ctx.temperature = logits, target, temperature
-        ctx.save_for_backward(k, queue)
+        ctx.save_for_backward(k, keys)
         return loss
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # noqa: ANN001, D102
-        k, queue = ctx.saved_tensors
+        k, keys = ctx.saved_tensors
         g = softmax_minus_onehot_(ctx.log_probs, ctx.target)
         ctx.log_probs = None
-        grad_q = torch.addmm(g[:, :1] * k, g[:, 1:], queue)
+        grad_q = torch.addmm(g[:, :1] * k, g[:, 1:], keys.T)
         return grad_q.mul_(grad / (g.shape[0] * ctx.temperature)), None, None, None
 
 
@@ -139,8 +142,7 @@ class MomentumContrast(Objective):
             self._momentum_update(backbone)
         q = F.normalize(self.projection(self.view(batch, backbone).rep.pooled), dim=1)
         k = self._keys(batch, backbone)
-        # A copy: the queue is updated in place below, before backward reads it.
-        loss = _QueueContrast.apply(q, k, self.queue.clone(), self.temperature)
+        loss = _QueueContrast.apply(q, k, self.queue, self.temperature)
         if self.training:
             self._enqueue(k)
         logs = {

@@ -187,7 +187,9 @@ def test_queue_contrast_equals_the_concatenated_logits_cross_entropy() -> None:
     for fused in (True, False):
         q = q0.clone().requires_grad_()
         if fused:
-            loss = _QueueContrast.apply(q, k, queue, 0.2)
+            stored = queue.clone()
+            loss = _QueueContrast.apply(q, k, stored, 0.2)
+            stored.zero_()  # MoCo enqueues in place before backward: backward must not see it
         else:
             logits = torch.cat([(q * k).sum(1, keepdim=True), q @ queue.T], dim=1) / 0.2
             loss = F.cross_entropy(logits, torch.zeros(33, dtype=torch.long))
