@@ -53,22 +53,29 @@ inline void sources(const TableView& t, const int64_t* rows, const int32_t* slot
 // from FP32 rows cache_row(b), stored[0, ns) read from store rows store_row(b) of format
 // `kind` (rbytes each), dequantized straight into the output; rows requested kRowAhead
 // samples ahead and written with non-temporal stores (call stream_fence() before the output
-// is used).
+// is used). `work(j)` runs once per written row j = 0 .. nc + ns - 1, beside its stores: other
+// work placed there overlaps with the output's write-back instead of waiting for it.
 constexpr int64_t kRowAhead = 16;
-template <class CacheRow, class StoreRow>
+struct NoWork {
+  void operator()(int64_t) const {}
+};
+template <class CacheRow, class StoreRow, class Work = NoWork>
 inline void write_rows(const int32_t* cached, int64_t nc, const int32_t* stored, int64_t ns,
                        int kind, int64_t rbytes, int64_t dim, int64_t F, int64_t f, float* out,
-                       const CacheRow& cache_row, const StoreRow& store_row) {
+                       const CacheRow& cache_row, const StoreRow& store_row,
+                       const Work& work = Work()) {
   alignas(64) float row[kMaxDim];
   for (int64_t i = 0; i < nc; ++i) {
     if (i + kRowAhead < nc) prefetch_bytes(cache_row(cached[i + kRowAhead]), dim * 4);
     const int64_t b = cached[i];
     stream_row(out + (b * F + f) * dim, cache_row(b), dim);
+    work(i);
   }
   for (int64_t i = 0; i < ns; ++i) {
     if (i + kRowAhead < ns) prefetch_bytes(store_row(stored[i + kRowAhead]), rbytes);
     const int64_t b = stored[i];
     dequant_stream_row(kind, store_row(b), dim, out + (b * F + f) * dim, row);
+    work(nc + i);
   }
 }
 
@@ -103,40 +110,71 @@ inline void gather(const TableView* ts, const uint8_t* const* const* src, const 
   stream_fence();
 }
 
+// The samples of one chunk of a cached table split by where their rows live (see lookup).
+constexpr int64_t kLookupChunk = 256;
+struct LookupChunk {
+  int64_t c0 = 0, n = 0, nc = 0, ns = 0;
+  int64_t rows[kLookupChunk];
+  int32_t slot[kLookupChunk], cached[kLookupChunk], stored[kLookupChunk];
+  void start(int64_t first, int64_t count) {
+    c0 = first;
+    n = count;
+    nc = ns = 0;
+  }
+  // Sample c0 + i: its row of table t (ids of table f, F per sample) searched in its set.
+  void probe(const TableView& t, const int64_t* ids, int64_t F, int64_t f, int64_t i) {
+    const int64_t row = ids[(c0 + i) * F + f];
+    const int64_t s = t.find_in(t.set_of(row), row);
+    rows[i] = row;
+    slot[i] = static_cast<int32_t>(s);
+    append_either(s >= 0, static_cast<int32_t>(c0 + i), cached, nc, stored, ns);
+  }
+};
+
 // Eval lookup of samples [b0, b1): cached value, else the dequantized store row. Table by
 // table, split by where each row lives and written with non-temporal stores, as the gather.
-// A chunk's ids are first read into a local list (the ids of one table are F apart), then
-// every cache set the chunk probes is requested before the first search, so the tag reads
-// overlap; an uncached table (FP32) skips the probe.
+// An uncached table (FP32) skips the probe. A cached table's chunks are pipelined: the next
+// chunk's samples are searched while the current one's rows are written, one per row, so the
+// searches run while the output's write-back is the bottleneck rather than between writes.
 inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
                    float* out) {
-  constexpr int64_t kChunk = 256;
   const int64_t dim = F ? ts[0].dim : 0;
-  int32_t cached[kChunk], stored[kChunk], slot[kChunk];
-  int64_t rows[kChunk], set[kChunk];
+  LookupChunk chunks[2];
   for (int64_t f = 0; f < F; ++f) {
     const TableView t = ts[f];  // a local copy: the output's stores may alias its floats
-    for (int64_t c0 = b0; c0 < b1; c0 += kChunk) {
-      const int64_t n = std::min(b1 - c0, kChunk);
-      for (int64_t i = 0; i < n; ++i) rows[i] = ids[(c0 + i) * F + f];
-      int64_t nc = 0, ns = 0;
-      if (t.sets == 0) {
-        for (int64_t i = 0; i < n; ++i) stored[i] = static_cast<int32_t>(c0 + i);
-        ns = n;
-      } else {
+    if (t.sets == 0) {
+      int64_t* rows = chunks[0].rows;
+      int32_t* stored = chunks[0].stored;
+      for (int64_t c0 = b0; c0 < b1; c0 += kLookupChunk) {
+        const int64_t n = std::min(b1 - c0, kLookupChunk);
         for (int64_t i = 0; i < n; ++i) {
-          set[i] = t.set_of(rows[i]);
-          __builtin_prefetch(t.tags + set[i] * kWays);
+          rows[i] = ids[(c0 + i) * F + f];
+          stored[i] = static_cast<int32_t>(c0 + i);
         }
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t s = t.find_in(set[i], rows[i]);
-          slot[i] = static_cast<int32_t>(s);
-          append_either(s >= 0, static_cast<int32_t>(c0 + i), cached, nc, stored, ns);
-        }
+        write_rows(stored, 0, stored, n, t.kind, t.rbytes, dim, F, f, out,
+                   [&](int64_t) { return static_cast<const float*>(nullptr); },
+                   [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(rows[b - c0])); });
       }
-      write_rows(cached, nc, stored, ns, t.kind, t.rbytes, dim, F, f, out,
-                 [&](int64_t b) { return static_cast<const float*>(t.cache_row(slot[b - c0])); },
-                 [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(rows[b - c0])); });
+      continue;
+    }
+    if (b0 >= b1) continue;
+    LookupChunk* cur = &chunks[0];
+    LookupChunk* next = &chunks[1];
+    cur->start(b0, std::min(b1 - b0, kLookupChunk));
+    for (int64_t i = 0; i < cur->n; ++i) cur->probe(t, ids, F, f, i);
+    while (cur->n > 0) {
+      const int64_t c1 = cur->c0 + cur->n;
+      next->start(c1, std::min(b1 - c1, kLookupChunk));
+      const auto probe_next = [&](int64_t j) {
+        if (j < next->n) next->probe(t, ids, F, f, j);
+      };
+      const LookupChunk& c = *cur;
+      write_rows(c.cached, c.nc, c.stored, c.ns, t.kind, t.rbytes, dim, F, f, out,
+                 [&](int64_t b) { return static_cast<const float*>(t.cache_row(c.slot[b - c.c0])); },
+                 [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(c.rows[b - c.c0])); },
+                 probe_next);
+      for (int64_t j = cur->n; j < next->n; ++j) next->probe(t, ids, F, f, j);
+      std::swap(cur, next);
     }
   }
   stream_fence();

@@ -27,24 +27,29 @@ struct TableView {
   float wd = 0.0f;  // L2 weight decay of the fused optimizer (touched rows only)
 
   uint64_t set_magic = 0;  // floor(2^64 / sets) + 1 when rows < 2^32 and sets > 1, else 0
+  int set_shift = -1;      // log2(sets) when sets is a power of two (1 included), else -1
 
   uint8_t* store_row(int64_t row) const { return store + row * rbytes; }
   // Global row of local `row` (row-wise shards hold rows offset, offset + stride, ...): the
   // stochastic-rounding key, so a sharded table draws the numbers of the unsharded one.
   int64_t global_row(int64_t row) const { return offset + row * stride; }
   float* cache_row(int64_t slot) const { return cache + slot * dim; }
-  // Cache set and tag of a row (row % sets, row / sets): a multiply instead of a division
-  // (Lemire et al., "Faster remainder by direct computation", 2019; exact below 2^32).
+  // Cache set and tag of a row (row % sets, row / sets) without a division: a mask and a
+  // shift when sets is a power of two (a small table's single set among them), else a
+  // multiply (Lemire et al., "Faster remainder by direct computation", 2019; exact below 2^32).
   void set_magic_from_sets() {
-    const bool fits = sets > 1 && rows <= 0xFFFFFFFFll;
+    set_shift = sets > 0 && (sets & (sets - 1)) == 0 ? __builtin_ctzll(sets) : -1;
+    const bool fits = set_shift < 0 && sets > 1 && rows <= 0xFFFFFFFFll;
     set_magic = fits ? ~uint64_t{0} / static_cast<uint64_t>(sets) + 1 : 0;
   }
   int64_t set_of(int64_t row) const {
+    if (set_shift >= 0) return row & (sets - 1);
     if (set_magic == 0) return row % sets;
     const uint64_t low = set_magic * static_cast<uint64_t>(row);
     return static_cast<int64_t>((static_cast<unsigned __int128>(low) * sets) >> 64);
   }
   int64_t tag_of(int64_t row) const {
+    if (set_shift >= 0) return row >> set_shift;
     if (set_magic == 0) return row / sets;
     return static_cast<int64_t>((static_cast<unsigned __int128>(set_magic) * row) >> 64);
   }
