@@ -85,7 +85,11 @@ struct TableView {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tags + s * kWays));
     const __m128i eq = _mm_cmpeq_epi16(v, _mm_set1_epi16(tag));
     const uint32_t pairs = static_cast<uint32_t>(_mm_movemask_epi8(eq));  // 2 bits a way
-    return pairs ? s * kWays + __builtin_ctz(pairs) / 2 : -1;
+    // Without a branch: hits and misses alternate unpredictably where about half the rows
+    // are cached, and a mispredicted branch per row cost more than the rest of the search.
+    const int64_t slot = s * kWays + __builtin_ctz(pairs | 0x10000u) / 2;
+    const int64_t hit = -static_cast<int64_t>(pairs != 0);  // all ones on a hit, else 0
+    return (slot & hit) | ~hit;
 #else
     const uint32_t ways = ways_tagged_and_empty(s, tag) & 0xFF;
     return ways ? s * kWays + __builtin_ctz(ways) : -1;
