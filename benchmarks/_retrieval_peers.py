@@ -44,8 +44,8 @@ class RetrievalSplit:
         items: ``int64[N]`` catalogue item ids (score column ``j`` is ``items[j]``).
         n_item_ids: item ids ``0..n_item_ids-1``.
         train: ``int64[P, 2]`` training positives ``(user, item)``.
-        val: ``int64[V, 2]`` each validation user's held-out positive.
-        test: ``int64[T, 2]`` each test user's held-out positive.
+        val: ``int64[V, 2]`` the validation positives (one or more per user).
+        test: ``int64[T, 2]`` the test positives (one or more per user).
         history: ``int64[H, 2]`` interactions outside validation and test (excluded).
         tail: ``bool[N]`` the 80% least popular catalogue items of ``train``.
 
@@ -85,7 +85,9 @@ def split_metrics(scores: np.ndarray, split: RetrievalSplit, which: str) -> dict
     """``recall_at_10``, ``ndcg_at_10``, ``tail_recall_at_10`` of ``scores`` on ``which``.
 
     Args:
-        scores: ``float32[U, N]`` for the users of ``split.val`` or ``split.test``, in order.
+        scores: ``float32[V, N]`` for the user of each row of ``split.val`` or ``split.test``,
+            in order; each row's positive is ranked among the items its user has not seen
+            (micro-averaged over held-out positives).
         split: the split.
         which: ``val`` or ``test``. Each user's history is excluded; on ``test`` its
             validation item too (it is known by then).
@@ -94,13 +96,12 @@ def split_metrics(scores: np.ndarray, split: RetrievalSplit, which: str) -> dict
     pairs = split.val if which == "val" else split.test
     column = np.full(split.n_item_ids, -1)
     column[split.items] = np.arange(len(split.items))
-    row = np.full(split.n_users, -1)
-    row[pairs[:, 0]] = np.arange(len(pairs))
     known = np.concatenate([split.history] + ([split.val] if which == "test" else []))
-    r, c = row[known[:, 0]], column[known[:, 1]]
-    inside = (r >= 0) & (c >= 0)
-    seen = np.zeros(scores.shape, dtype=bool)
-    seen[r[inside], c[inside]] = True
+    c = column[known[:, 1]]
+    known_by_user = np.zeros((split.n_users, len(split.items)), dtype=bool)
+    known_by_user[known[c >= 0, 0], c[c >= 0]] = True
+    # one ranking per held-out positive: a user with several ranks once for each of them
+    seen = known_by_user[pairs[:, 0]]
     relevant = np.zeros(scores.shape, dtype=bool)
     relevant[np.arange(len(pairs)), column[pairs[:, 1]]] = True
     seen &= ~relevant

@@ -26,6 +26,17 @@ def test_leave_last_out_holds_out_each_users_last_two_positives() -> None:
     assert leave_last_out(users, positive).tolist() == [0, 0, 0, 0, 0, 1, 0, 2]
 
 
+def test_leave_last_out_holds_out_a_share_of_each_users_positives() -> None:
+    users = np.repeat([1, 2, 3], [10, 21, 2])
+    split = leave_last_out(users, np.ones(len(users), dtype=bool), 0.1)
+    # user 1: 1 of 10 each; user 2: round(2.1) = 2 each; user 3 (2 positives): all training
+    assert split[:10].tolist() == [0] * 8 + [1, 2]
+    assert split[10:31].tolist() == [0] * 17 + [1, 1, 2, 2]
+    assert split[31:].tolist() == [0, 0]
+    with pytest.raises(ValueError, match="fraction"):
+        leave_last_out(users, np.ones(len(users), dtype=bool), 0.5)
+
+
 def test_encode_column_gives_sorted_ids_from_one() -> None:
     ids, cardinality = encode_column(np.array(["b", "a", "c", "a"]))
     assert ids.tolist() == [2, 1, 3, 1] and cardinality == 4
@@ -49,7 +60,8 @@ def test_movielens_split_catalogue_and_history(movielens: MovieLensRetrievalData
     val = torch.cat([b.sparse for b in dm.val_dataloader()])
     test = torch.cat([b.sparse for b in dm.test_dataloader()])
     users = val[:, 0]
-    assert len(val) == len(test) == len(torch.unique(users)) > 900  # one row per user
+    assert len(val) == len(test) == 5552  # a tenth of each user's positives, at least one
+    assert torch.equal(torch.unique(users), torch.unique(test[:, 0])) and len(users.unique()) > 900
     history = {tuple(p) for p in dm.history().tolist()}
     held_out = {tuple(p) for p in torch.cat([val, test])[:, :2].tolist()}
     assert not history & held_out

@@ -52,6 +52,26 @@ def test_split_metrics_exclude_history_and_on_test_the_validation_item() -> None
     assert split_metrics(scores, bare, "val")["ndcg_at_10"] == pytest.approx(1 / np.log2(8))
 
 
+def test_split_metrics_rank_each_of_a_users_held_out_positives() -> None:
+    split = clustered_split()
+    # Two validation positives per user (its validation and test items), one score row each.
+    two = np.concatenate([split.val, split.test])
+    split = RetrievalSplit(*[two if f == "val" else getattr(split, f)
+                             for f in RetrievalSplit.__dataclass_fields__])  # fmt: skip
+    scores = np.zeros((len(two), ITEMS), np.float32)
+    for row, (u, i) in enumerate(two):
+        scores[row, [j - 1 for uu, j in split.history if uu == u]] = 10.0  # seen: excluded
+        first, second = (i, None) if row < USERS else (None, i)
+        if first is not None:
+            scores[row, first - 1] = 3.0  # ranked 1st among the unseen
+        else:
+            scores[row, :] += np.arange(ITEMS, dtype=np.float32) * 1e-3  # ties broken by id
+            scores[row, second - 1] = -1.0  # ranked last: a miss
+    got = split_metrics(scores, split, "val")
+    # each user's history is excluded from both of its rows: one hit in two
+    assert got["recall_at_10"] == pytest.approx(0.5) and got["ndcg_at_10"] == pytest.approx(0.5)
+
+
 def test_most_popular_scores_are_training_counts() -> None:
     split = clustered_split()
     scores = peer_scorer("most_popular", split, {}, 0)(np.array([1, 2]))

