@@ -153,7 +153,9 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
         }
         write_rows(stored, 0, stored, n, t.kind, t.rbytes, dim, F, f, out,
                    [&](int64_t) { return static_cast<const float*>(nullptr); },
-                   [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(rows[b - c0])); });
+                   [&](int64_t b) {
+                     return static_cast<const uint8_t*>(t.store_row(rows[b - c0]));
+                   });
       }
       continue;
     }
@@ -169,10 +171,14 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
         if (j < next->n) next->probe(t, ids, F, f, j);
       };
       const LookupChunk& c = *cur;
-      write_rows(c.cached, c.nc, c.stored, c.ns, t.kind, t.rbytes, dim, F, f, out,
-                 [&](int64_t b) { return static_cast<const float*>(t.cache_row(c.slot[b - c.c0])); },
-                 [&](int64_t b) { return static_cast<const uint8_t*>(t.store_row(c.rows[b - c.c0])); },
-                 probe_next);
+      const auto cache_row = [&](int64_t b) {
+        return static_cast<const float*>(t.cache_row(c.slot[b - c.c0]));
+      };
+      const auto store_row = [&](int64_t b) {
+        return static_cast<const uint8_t*>(t.store_row(c.rows[b - c.c0]));
+      };
+      write_rows(c.cached, c.nc, c.stored, c.ns, t.kind, t.rbytes, dim, F, f, out, cache_row,
+                 store_row, probe_next);
       for (int64_t j = cur->n; j < next->n; ++j) next->probe(t, ids, F, f, j);
       std::swap(cur, next);
     }
