@@ -36,7 +36,10 @@ class TowerConfig:
     ``complementary`` (:class:`ComplementaryInfoNCE`: the two views mask complementary
     field sets, no projection head, Yao et al. 2021) or ``independent`` (:class:`InfoNCE`:
     two independent correlated-feature masks and a projection head); ``ssl_items`` and
-    ``ssl_batch_size`` are ``RetrievalModule``'s (which items it sees). ``item_fields``:
+    ``ssl_batch_size`` are ``RetrievalModule``'s (which items it sees);
+    ``item_pretrain_epochs`` first epochs train the item tower alone with the self-supervision
+    on uniformly drawn catalogue items (``RetrievalModule.item_pretraining_step``), within
+    ``epochs``. ``item_fields``:
     ``basic`` (movie, genre set, year) or ``rich`` (plus the first three genres one by one and
     the decade).
     """
@@ -56,6 +59,7 @@ class TowerConfig:
     ssl_views: str = "complementary"
     ssl_items: str = "uniform"
     ssl_batch_size: int = 0
+    item_pretrain_epochs: int = 0
     item_fields: str = "rich"
     batch_size: int = 512
     notes: dict = field(default_factory=dict, compare=False)
@@ -123,8 +127,10 @@ def tower_runs(config: TowerConfig, dm, split: RetrievalSplit, seed: int) -> dic
     module.train()
     for epoch in range(1, config.epochs + 1):
         dm.seed = seed * 1000 + epoch  # a new shuffle every epoch
+        pretraining = epoch <= config.item_pretrain_epochs
         for step, batch in enumerate(dm.train_dataloader()):
-            loss = module.training_step(batch, step)
+            loss = module.item_pretraining_step(batch) if pretraining else \
+                module.training_step(batch, step)  # fmt: skip
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -72,6 +72,10 @@ class RetrievalModule(pl.LightningModule):
             ``mixed`` need a catalogue.
         ssl_batch_size: items per step for the item objectives (0: the training batch's size).
         ssl_seed: seed of the ``uniform``/``mixed`` draws.
+        item_pretrain_epochs: first epochs that train the item tower alone, with the item
+            objectives on catalogue items drawn uniformly (``ssl_batch_size`` per step, else
+            the training batch's size) and no interaction: pretraining without interactions.
+            The sampled softmax starts after them. Needs item objectives and a catalogue.
         user_field: the query tower's categorical column that identifies a user (default its
             first one), for seen-item exclusion.
         k: cut-off of the validation metrics.
@@ -92,6 +96,7 @@ class RetrievalModule(pl.LightningModule):
         ssl_items: SslItems = "batch",
         ssl_batch_size: int = 0,
         ssl_seed: int = 0,
+        item_pretrain_epochs: int = 0,
         user_field: str | None = None,
         k: int = 10,
         learning_rate: float = 1e-3,
@@ -106,6 +111,12 @@ class RetrievalModule(pl.LightningModule):
         check_at_least(owner, "k", k)
         check_positive(owner, "learning_rate", learning_rate)
         check_nonnegative(owner, "weight_decay", weight_decay)
+        check_at_least(owner, "item_pretrain_epochs", item_pretrain_epochs, 0)
+        if item_pretrain_epochs and not item_objectives:
+            raise ValueError(
+                f"{owner}.item_pretrain_epochs={item_pretrain_epochs} needs item_objectives "
+                "(the pretraining trains the item tower with them)"
+            )
         factory = (instantiate_config(towers, TowersFactory, f"{owner}.towers")
                    if isinstance(towers, Mapping) else towers)  # fmt: skip
         objectives = build_objectives(item_objectives or {}, owner)
@@ -120,7 +131,8 @@ class RetrievalModule(pl.LightningModule):
             self, towers=towers, schema=schema, loss=loss, log_q=log_q,
             uniform_negatives=uniform_negatives, item_objectives=objectives,
             item_weights=item_weights, ssl_items=ssl_items, ssl_batch_size=ssl_batch_size,
-            ssl_seed=ssl_seed, user_field=user_field, k=k,
+            ssl_seed=ssl_seed, item_pretrain_epochs=item_pretrain_epochs,
+            user_field=user_field, k=k,
             learning_rate=learning_rate, weight_decay=weight_decay,
         ))  # fmt: skip
         self.towers = factory(schema)
@@ -266,7 +278,12 @@ class RetrievalModule(pl.LightningModule):
         return out.loss
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        """Softmax loss plus the weighted item objectives on the batch's items."""
+        """Softmax loss plus the weighted item objectives on the batch's items.
+
+        In the first ``item_pretrain_epochs`` epochs: :meth:`item_pretraining_step`.
+        """
+        if self.current_epoch < self.hparams.item_pretrain_epochs:
+            return self.item_pretraining_step(batch)
         total = self._softmax(batch, "train")
         if self.item_objectives:
             total = total + weighted_objective_loss(
@@ -275,6 +292,40 @@ class RetrievalModule(pl.LightningModule):
             )  # fmt: skip
         self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
+
+    def item_pretraining_step(self, batch: Batch) -> torch.Tensor:
+        """The item objectives alone, on catalogue items (:meth:`pretraining_items`).
+
+        No interaction enters: ``batch`` only sets the number of items per step when
+        ``ssl_batch_size`` is 0. Raises ``ValueError`` without item objectives.
+        """
+        if not self.item_objectives:
+            raise ValueError("RetrievalModule.item_pretraining_step needs item_objectives")
+        total = weighted_objective_loss(
+            self, self.item_objectives, self.item_weights,
+            self.pretraining_items(batch.batch_size), self.towers.item_tower, "train",
+            batch.batch_size, noun="item objective",
+        )  # fmt: skip
+        self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
+        return total
+
+    def pretraining_items(self, batch_size: int) -> Batch:
+        """Item-tower rows of one pretraining step: distinct catalogue items, uniformly.
+
+        ``ssl_batch_size`` of them (else ``batch_size``), from the item sampler's generator.
+
+        Raises:
+            ValueError: there is no catalogue.
+
+        """
+        if self.catalogue is None:
+            raise ValueError(
+                "RetrievalModule.item_pretrain_epochs pretrains on the item catalogue: give data "
+                "with catalogue() or call set_catalogue"
+            )
+        size = self.ssl_sampler.size or batch_size
+        rows = self.ssl_sampler.uniform_rows(len(self.catalogue), size)
+        return self.catalogue.items.rows(rows).to(self.device)
 
     def ssl_item_batch(self, batch: Batch) -> Batch:
         """The item-tower rows the item objectives see this step (:class:`SslItemSampler`).

@@ -117,3 +117,45 @@ def test_a_fit_with_uniform_complementary_ssl_and_its_hparams_rebuild(tmp_path) 
     again.load_state_dict(m.state_dict())  # the sampler's position travels with the weights
     assert torch.equal(again.ssl_sampler.catalogue_rows(ITEMS, 32)[1],
                        m.ssl_sampler.catalogue_rows(ITEMS, 32)[1])  # fmt: skip
+
+
+def _tower_state(tower: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        k: v.clone()
+        for k, v in tower.state_dict().items()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
+
+
+def _changed(before: dict[str, torch.Tensor], tower: torch.nn.Module) -> list[str]:
+    after = tower.state_dict()
+    return [k for k, v in before.items() if not torch.equal(v, after[k])]
+
+
+def test_item_pretraining_epochs_train_the_item_tower_alone_then_both(tmp_path) -> None:
+    torch.manual_seed(0)
+    m = module(item_objectives={"cfm": ComplementaryInfoNCE(temperature=0.2)},
+               item_pretrain_epochs=1, ssl_batch_size=16)  # fmt: skip
+    items = m.pretraining_items(32)
+    item_col = m.towers.item_schema.field_names.index("item")
+    ids = items.sparse[:, item_col].tolist()
+    assert len(ids) == 16 and len(set(ids)) == 16  # distinct catalogue items
+    query, item = _tower_state(m.towers.query_tower), _tower_state(m.towers.item_tower)
+    train, _ = split()
+    t = trainer(tmp_path, max_epochs=1)
+    t.fit(m, loader(train, 32, True))
+    # the pretraining epoch: no interaction, so the query tower is untouched
+    assert not _changed(query, m.towers.query_tower) and _changed(item, m.towers.item_tower)
+    assert "train/cfm/loss" in t.callback_metrics and "train/softmax/loss" not in t.callback_metrics
+    t = trainer(tmp_path, max_epochs=2)
+    t.fit(m, loader(train, 32, True))  # epoch 1 from the start: the softmax trains both towers
+    assert _changed(query, m.towers.query_tower) and "train/softmax/loss" in t.callback_metrics
+
+
+def test_item_pretraining_needs_objectives_and_a_catalogue() -> None:
+    with pytest.raises(ValueError, match="item_pretrain_epochs=2 needs item_objectives"):
+        module(item_pretrain_epochs=2)
+    m = module(item_objectives={"cfm": ComplementaryInfoNCE()}, item_pretrain_epochs=1)
+    m.catalogue = None
+    with pytest.raises(ValueError, match="pretrains on the item catalogue"):
+        m.pretraining_items(8)
