@@ -105,6 +105,22 @@ class CompiledKernels:
         """
         return self._ext.interaction(vectors)
 
+    def int8_linear(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        relu: bool = False,
+    ) -> torch.Tensor:
+        """``float32[R, K]`` rows times row-wise INT8 weights ``int8[N, K]`` -> ``float32[R, N]``.
+
+        ``scale[n] * sum_k weight[n, k] * x[r, k] + bias[n]`` (``max(0, .)`` with ``relu``),
+        the input used as it is (not quantized); each weight byte read once per call. Meant
+        for a few rows (a serving call): it does not block the product like a GEMM.
+        """
+        return self._ext.int8_linear(x, weight, scale, bias, relu)
+
     def serve_interaction(
         self,
         t: TableTensors,

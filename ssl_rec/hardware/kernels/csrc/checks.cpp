@@ -305,6 +305,21 @@ void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                       " out of range [0, ", rows, ")");
 }
 
+void check_int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                       const c10::optional<at::Tensor>& bias) {
+  expect(x, at::kFloat, 2, "int8_linear input");
+  expect(weight, at::kChar, 2, "int8_linear weight");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  TORCH_CHECK_VALUE(x.size(1) == K, "int8_linear input must have ", K, " columns, got ",
+                    shape_of(x));
+  expect(scale, at::kFloat, 1, "int8_linear scale");
+  expect_shape(scale, {N}, "int8_linear scale");
+  if (bias.has_value()) {
+    expect(*bias, at::kFloat, 1, "int8_linear bias");
+    expect_shape(*bias, {N}, "int8_linear bias");
+  }
+}
+
 void check_vectors(const at::Tensor& vectors) {
   expect(vectors, at::kFloat, 3, "interaction vectors");
   TORCH_CHECK_VALUE(vectors.size(2) > 0 && vectors.size(2) <= kMaxDim,

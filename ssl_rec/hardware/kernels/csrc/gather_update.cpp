@@ -198,4 +198,23 @@ at::Tensor interaction(const at::Tensor& vectors) {
   return out;
 }
 
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                       const c10::optional<at::Tensor>& bias, bool relu) {
+  check_int8_linear(x, weight, scale, bias);
+  const int64_t R = x.size(0), N = weight.size(0), K = weight.size(1);
+  auto out = at::empty({R, N}, at::kFloat);
+  if (R == 0 || N == 0) return out;
+  const float* xp = x.data_ptr<float>();
+  const int8_t* wp = weight.data_ptr<int8_t>();
+  const float* sp = scale.data_ptr<float>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  // threads split the outputs; a call under ~64k multiply-adds a thread stays on one
+  const int64_t grain = std::max<int64_t>(16, (1 << 16) / std::max<int64_t>(1, R * K));
+  at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
+    variant().int8_linear(xp, R, K, wp, sp, bp, n0, n1, relu, op, N);
+  });
+  return out;
+}
+
 }  // namespace sslrec

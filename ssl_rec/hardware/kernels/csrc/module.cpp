@@ -117,6 +117,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("serve_interaction", &serve_interaction,
         "interaction of [first, serve_lookup(ids)] per sample, into out[:, column:]");
   m.def("bag_lookup", &sslrec::bag_lookup, "INT8/INT4 sum-pooled inference lookup", nogil);
+  m.def("int8_linear", &sslrec::int8_linear,
+        "float32 rows times row-wise INT8 weights (scale, bias, relu), no input quantization",
+        py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias"),
+        py::arg("relu") = false, nogil);
   m.def("row_bytes", &row_bytes, "bytes of one stored row of format `kind` at `dim`");
   m.def("num_kinds", [] { return static_cast<int64_t>(sslrec::kNumKinds); });
   m.def("simd_level", &sslrec::simd_level, "0 portable, 1 AVX2, 2 AVX-512");

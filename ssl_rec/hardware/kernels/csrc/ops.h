@@ -65,6 +65,8 @@ void check_grad(const at::Tensor& grad, const Plan& p, const std::vector<TableVi
 void check_bag(const at::Tensor& store, int64_t bits, const at::Tensor& indices,
                const at::Tensor& offsets, int64_t dim);
 void check_vectors(const at::Tensor& vectors);
+void check_int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                       const c10::optional<at::Tensor>& bias);
 void check_serve_interaction(const at::Tensor& ids, const std::vector<TableView>& ts,
                              const at::Tensor& first, const at::Tensor& out, int64_t column);
 
@@ -80,6 +82,10 @@ at::Tensor bag_lookup(const at::Tensor& store, int64_t bits, const at::Tensor& i
                       const at::Tensor& offsets, int64_t dim);
 at::Tensor serve_lookup(const std::vector<TableView>& ts, const at::Tensor& ids);
 at::Tensor interaction(const at::Tensor& vectors);
+// x [R, K] float32 times row-wise INT8 weights [N, K] (scale [N], optional bias [N]), as
+// the variants' int8_linear: float32 [R, N], max(0, .) when `relu`.
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                       const c10::optional<at::Tensor>& bias, bool relu);
 // DLRM's lookup and interaction in one pass: for each sample b, the interaction of the
 // 1 + T vectors first[b], serve_lookup(ids)[b] is written into out[b, column : column + P]
 // (P = (1 + T) T / 2); the [B, 1 + T, D] vectors exist only a chunk of samples at a time.

@@ -25,7 +25,7 @@ namespace sslrec {
   const Variant& table() {                                                                    \
     static const Variant v{label,  &dequant_row, &quant_row, &replace,                        \
                            &sources, &gather,    &lookup,    &update, &bag_range,             \
-                           &serve_rows, &interact, &outside,  &descends};                     \
+                           &serve_rows, &interact, &int8_linear, &outside, &descends};        \
     return v;                                                                                 \
   }
 

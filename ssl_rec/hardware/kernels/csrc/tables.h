@@ -137,6 +137,8 @@ struct Variant {
                      float* out, int64_t out_stride);
   void (*interact)(const float* vectors, int64_t N, int64_t dim, int64_t b0, int64_t b1,
                    float* scratch, float* out, int64_t out_stride);
+  void (*int8_linear)(const float* x, int64_t R, int64_t K, const int8_t* w, const float* scale,
+                      const float* bias, int64_t n0, int64_t n1, bool relu, float* y, int64_t N);
   bool (*outside)(const int64_t* x, int64_t n, int64_t lo, int64_t hi);
   bool (*descends)(const int64_t* off, int64_t nb);
 };
