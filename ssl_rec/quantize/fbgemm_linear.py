@@ -58,6 +58,16 @@ _DEPRECATION = "torch.quantize_per_tensor, torch.quantize_per_channel"
 _ENGINE_SWITCH = threading.Lock()
 
 
+@functools.cache
+def _one_row_kernel() -> Any:
+    """The compiled ``int8_linear`` (a one-row call's product), or ``None`` without it.
+
+    Looked up once per process: a lookup costs a serving call about 1 µs.
+    """
+    kernels = serving_kernels()
+    return None if kernels is None else kernels.int8_linear_function()
+
+
 class FbgemmInt8Linear(nn.Module):
     """INT8-weight Linear layer run by FBGEMM's dynamic quantized kernel.
 
@@ -106,11 +116,11 @@ class FbgemmInt8Linear(nn.Module):
         """``float32[..., N]`` outputs (the input is cast to float32)."""
         x = x.float()
         if x.numel() == self.in_features and not x.requires_grad:  # one row: a serving call
-            kernels = serving_kernels()
-            if kernels is not None:
-                out = kernels.int8_linear(x.reshape(1, -1).contiguous(), self.weight, self.scale,
-                                          self.bias, self.relu)  # fmt: skip
-                return out.reshape(*x.shape[:-1], self.out_features)
+            one_row = _one_row_kernel()
+            if one_row is not None:
+                row = x if x.dim() == 2 and x.is_contiguous() else x.reshape(1, -1).contiguous()
+                out = one_row(row, self.weight, self.scale, self.bias, self.relu)
+                return out if x.dim() == 2 else out.reshape(*x.shape[:-1], self.out_features)
         if x.numel() * self.out_features <= SMALL_PRODUCT:  # rows x K x N multiply-adds
             if self._float_weight is None:
                 self._float_weight = self.dequantized_weight()

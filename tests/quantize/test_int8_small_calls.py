@@ -43,7 +43,7 @@ def test_one_row_without_the_compiled_kernels_takes_the_fp32_product(monkeypatch
 
     layer = _layer(relu=True)
     x = torch.randn(1, K)
-    monkeypatch.setattr(module, "serving_kernels", lambda: None)
+    monkeypatch.setattr(module, "_one_row_kernel", lambda: None)
     expected = nn.functional.linear(x, layer.dequantized_weight(), layer.bias).relu()
     assert torch.equal(layer(x), expected)
     assert torch.equal(layer(x[0]), expected[0])  # a 1-d row too
