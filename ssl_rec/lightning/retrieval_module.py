@@ -286,12 +286,16 @@ class RetrievalModule(pl.LightningModule):
             return self.item_pretraining_step(batch)
         total = self._softmax(batch, "train")
         if self.item_objectives:
-            total = total + weighted_objective_loss(
-                self, self.item_objectives, self.item_weights, self.ssl_item_batch(batch),
-                self.towers.item_tower, "train", batch.batch_size, noun="item objective",
-            )  # fmt: skip
+            total = total + self._item_loss(self.ssl_item_batch(batch), batch.batch_size)
         self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
+
+    def _item_loss(self, items: Batch, batch_size: int) -> torch.Tensor:
+        """The weighted item objectives on item-tower rows ``items`` (each logged)."""
+        return weighted_objective_loss(
+            self, self.item_objectives, self.item_weights, items, self.towers.item_tower,
+            "train", batch_size, noun="item objective",
+        )  # fmt: skip
 
     def item_pretraining_step(self, batch: Batch) -> torch.Tensor:
         """The item objectives alone, on catalogue items (:meth:`pretraining_items`).
@@ -301,11 +305,7 @@ class RetrievalModule(pl.LightningModule):
         """
         if not self.item_objectives:
             raise ValueError("RetrievalModule.item_pretraining_step needs item_objectives")
-        total = weighted_objective_loss(
-            self, self.item_objectives, self.item_weights,
-            self.pretraining_items(batch.batch_size), self.towers.item_tower, "train",
-            batch.batch_size, noun="item objective",
-        )  # fmt: skip
+        total = self._item_loss(self.pretraining_items(batch.batch_size), batch.batch_size)
         self.log("train/loss", total, prog_bar=True, batch_size=batch.batch_size)
         return total
 

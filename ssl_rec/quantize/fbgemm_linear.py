@@ -60,12 +60,12 @@ _ENGINE_SWITCH = threading.Lock()
 
 @functools.cache
 def _one_row_kernel() -> Any:
-    """The compiled ``int8_linear`` (a one-row call's product), or ``None`` without it.
+    """The compiled kernels' ``int8_linear`` (a one-row call's product), or ``None``.
 
     Looked up once per process: a lookup costs a serving call about 1 µs.
     """
     kernels = serving_kernels()
-    return None if kernels is None else kernels.int8_linear_function()
+    return None if kernels is None else kernels.int8_linear
 
 
 class FbgemmInt8Linear(nn.Module):

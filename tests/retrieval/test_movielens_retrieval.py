@@ -33,6 +33,8 @@ def test_leave_last_out_holds_out_a_share_of_each_users_positives() -> None:
     assert split[:10].tolist() == [0] * 8 + [1, 2]
     assert split[10:31].tolist() == [0] * 17 + [1, 1, 2, 2]
     assert split[31:].tolist() == [0, 0]
+    # 4 positives at 0.4: round(1.6) = 2 each would leave none in training; 1 each leaves 2
+    assert leave_last_out(np.ones(4, int), np.ones(4, dtype=bool), 0.4).tolist() == [0, 0, 1, 2]
     with pytest.raises(ValueError, match="fraction"):
         leave_last_out(users, np.ones(len(users), dtype=bool), 0.5)
 

@@ -43,12 +43,29 @@ def encode_column(values: np.ndarray) -> tuple[np.ndarray, int]:
     return ids.astype(np.int64) + 1, len(vocabulary) + 1
 
 
+MAX_HOLDOUT = 0.4  # test and validation together hold out at most 80% of a user's positives
+
+
+def check_holdout(owner: str, key: str, value: float) -> float:
+    """``value`` as a float in ``[0, MAX_HOLDOUT]``, else ``ValueError`` naming ``owner.key``.
+
+    The value is a share of each user's positives held out for test, and as many for
+    validation.
+    """
+    value = float(value)
+    if not 0.0 <= value <= MAX_HOLDOUT:
+        raise ValueError(f"{owner}.{key}={value} must be in [0, {MAX_HOLDOUT}] (a share of "
+                         "each user's positives)")  # fmt: skip
+    return value
+
+
 def leave_last_out(users: np.ndarray, positive: np.ndarray, fraction: float = 0.0) -> np.ndarray:
     """Split of time-ordered rows: 0 train, 1 validation, 2 test, per user's positives.
 
     Each user's last ``h`` positives go to test and the ``h`` before them to validation, with
     ``h = max(1, round(fraction * p))`` for a user of ``p`` positives (``fraction = 0``: the
-    last positive is test, the one before it validation). Evaluation on several held-out
+    last positive is test, the one before it validation), at most ``(p - 1) // 2``, so at
+    least one positive of every user stays in training. Evaluation on several held-out
     positives per user measures a model on more of its users' items: on MovieLens-100k a
     tenth per user holds out 5,552 positives instead of 942.
 
@@ -69,16 +86,14 @@ def leave_last_out(users: np.ndarray, positive: np.ndarray, fraction: float = 0.
         [0, 1, 1, 2, 2]
 
     """
-    fraction = float(fraction)
-    if not 0.0 <= fraction <= 0.4:
-        raise ValueError(f"leave_last_out.fraction={fraction} must be in [0, 0.4]")
+    fraction = check_holdout("leave_last_out", "fraction", fraction)
     split = np.zeros(len(users), dtype=np.int8)
     rows = np.flatnonzero(positive)
     order = rows[np.argsort(users[rows], kind="stable")]  # by user, then time
     _, start, counts = np.unique(users[order], return_index=True, return_counts=True)
     for first, count in zip(start, counts, strict=True):
         if count >= 3:
-            held = max(1, round(fraction * count))
+            held = max(1, min(round(fraction * count), (count - 1) // 2))
             end = first + count
             split[order[end - held : end]] = 2
             split[order[end - 2 * held : end - held]] = 1
@@ -173,10 +188,7 @@ class InteractionTableDataModule(pl.LightningDataModule):
             owner, "eval_batch_size", eval_batch_size or batch_size
         )
         self.seed = int(seed)
-        if not 0.0 <= float(holdout) <= 0.4:
-            raise ValueError(f"{owner}.holdout={holdout} must be in [0, 0.4] (a share of each "
-                             f"user's positives)")  # fmt: skip
-        self.holdout = float(holdout)
+        self.holdout = check_holdout(owner, "holdout", holdout)
         if type(self) is InteractionTableDataModule:
             self.record_hparams(init_locals)
         self.user, self.item = user, item

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
 
 import torch
 
@@ -117,18 +116,10 @@ class CompiledKernels:
         """``float32[R, K]`` rows times row-wise INT8 weights ``int8[N, K]`` -> ``float32[R, N]``.
 
         ``scale[n] * sum_k weight[n, k] * x[r, k] + bias[n]`` (``max(0, .)`` with ``relu``),
-        the input used as it is (not quantized); each weight byte read once per call. Meant
-        for a few rows (a serving call): it does not block the product like a GEMM.
+        the input used as it is (not quantized); each weight byte read once per row. Meant
+        for one row (a serving call): it does not block the product like a GEMM.
         """
         return self._ext.int8_linear(x, weight, scale, bias, relu)
-
-    def int8_linear_function(self) -> Any:
-        """:meth:`int8_linear` as the extension's own function (same arguments).
-
-        For callers that make it once per request, where a Python wrapper's call is a
-        visible share of the time.
-        """
-        return self._ext.int8_linear
 
     def serve_interaction(
         self,

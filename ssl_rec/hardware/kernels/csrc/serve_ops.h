@@ -159,88 +159,65 @@ inline void interact(const float* vectors, int64_t N, int64_t dim, int64_t b0, i
 
 // y[r * N + n] = scale[n] * sum_k w[n * K + k] * x[r * K + k] + bias[n] (then max(0, .) when
 // `relu`) for outputs n in [n0, n1) of rows r < R: a Linear layer of row-wise INT8 weights
-// multiplying FP32 inputs as they are (no input quantization), for the few rows of a
-// serving call. Each weight byte is read once per call and widened in registers, a quarter
-// of the bytes an FP32 layer reads. Sums run in vector lanes, then across them: each variant
-// rounds in its own order (differences of float32 rounding, not of the product).
-template <int Rows, int Outs>
-inline void int8_linear_block(const float* x, int64_t K, const int8_t* w, const float* scale,
-                              const float* bias, int64_t n, bool relu, float* y, int64_t N) {
-  float sum[Rows][Outs] = {};
+// multiplying FP32 inputs as they are (no input quantization), for the one row of a serving
+// call (more rows are served one at a time). Each weight byte is read once per row and
+// widened in registers, a quarter of the bytes an FP32 layer reads; `Outs` outputs at once,
+// so each loaded input vector serves several. Sums run in vector lanes, then across them:
+// each variant rounds in its own order (differences of float32 rounding, not of the product).
+template <int Outs>
+inline void int8_linear_outputs(const float* x, int64_t K, const int8_t* w, const float* scale,
+                                const float* bias, int64_t n, bool relu, float* y) {
+  float sum[Outs] = {};
   int64_t k = 0;
 #if SSL_LEVEL == 2
-  __m512 acc[Rows][Outs];
-  for (int r = 0; r < Rows; ++r)
-    for (int o = 0; o < Outs; ++o) acc[r][o] = _mm512_setzero_ps();
+  __m512 acc[Outs];
+  for (int o = 0; o < Outs; ++o) acc[o] = _mm512_setzero_ps();
   const auto step = [&](int64_t at, __mmask16 m) {
-    __m512 xv[Rows];
-    for (int r = 0; r < Rows; ++r) xv[r] = _mm512_maskz_loadu_ps(m, x + r * K + at);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + at);
     for (int o = 0; o < Outs; ++o) {
       const __m512 wv = _mm512_cvtepi32_ps(
           _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + (n + o) * K + at)));
-      for (int r = 0; r < Rows; ++r) acc[r][o] = _mm512_fmadd_ps(wv, xv[r], acc[r][o]);
+      acc[o] = _mm512_fmadd_ps(wv, xv, acc[o]);
     }
   };
   for (; k + 16 <= K; k += 16) step(k, static_cast<__mmask16>(0xFFFF));
   if (k < K) step(k, static_cast<__mmask16>((1u << (K - k)) - 1));
   k = K;
-  for (int r = 0; r < Rows; ++r)
-    for (int o = 0; o < Outs; ++o) sum[r][o] = _mm512_reduce_add_ps(acc[r][o]);
+  for (int o = 0; o < Outs; ++o) sum[o] = _mm512_reduce_add_ps(acc[o]);
 #elif SSL_LEVEL == 1
-  __m256 acc[Rows][Outs];
-  for (int r = 0; r < Rows; ++r)
-    for (int o = 0; o < Outs; ++o) acc[r][o] = _mm256_setzero_ps();
+  __m256 acc[Outs];
+  for (int o = 0; o < Outs; ++o) acc[o] = _mm256_setzero_ps();
   for (; k + 8 <= K; k += 8) {
-    __m256 xv[Rows];
-    for (int r = 0; r < Rows; ++r) xv[r] = _mm256_loadu_ps(x + r * K + k);
+    const __m256 xv = _mm256_loadu_ps(x + k);
     for (int o = 0; o < Outs; ++o) {
       const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + (n + o) * K + k));
-      const __m256 wv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-      for (int r = 0; r < Rows; ++r) acc[r][o] = _mm256_fmadd_ps(wv, xv[r], acc[r][o]);
+      acc[o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), xv, acc[o]);
     }
   }
-  for (int r = 0; r < Rows; ++r)
-    for (int o = 0; o < Outs; ++o) {
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, acc[r][o]);
-      for (float v : lanes) sum[r][o] += v;
-    }
+  for (int o = 0; o < Outs; ++o) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[o]);
+    for (float v : lanes) sum[o] += v;
+  }
 #endif
   for (; k < K; ++k)
-    for (int o = 0; o < Outs; ++o)
-      for (int r = 0; r < Rows; ++r)
-        sum[r][o] += static_cast<float>(w[(n + o) * K + k]) * x[r * K + k];
-  for (int r = 0; r < Rows; ++r)
-    for (int o = 0; o < Outs; ++o) {
-      const float v = scale[n + o] * sum[r][o] + (bias ? bias[n + o] : 0.0f);
-      y[r * N + n + o] = relu && v < 0.0f ? 0.0f : v;
-    }
-}
-
-// Rows a few at a time (4, then the rest), outputs 4 or 2 at a time then one by one: the
-// accumulators stay in registers and each loaded input vector serves several outputs.
-template <int Rows>
-inline void int8_linear_rows(const float* x, int64_t K, const int8_t* w, const float* scale,
-                             const float* bias, int64_t n0, int64_t n1, bool relu, float* y,
-                             int64_t N) {
-  constexpr int kOuts = Rows <= 2 ? 4 : 2;
-  int64_t n = n0;
-  for (; n + kOuts <= n1; n += kOuts)
-    int8_linear_block<Rows, kOuts>(x, K, w, scale, bias, n, relu, y, N);
-  for (; n < n1; ++n) int8_linear_block<Rows, 1>(x, K, w, scale, bias, n, relu, y, N);
+    for (int o = 0; o < Outs; ++o) sum[o] += static_cast<float>(w[(n + o) * K + k]) * x[k];
+  for (int o = 0; o < Outs; ++o) {
+    const float v = scale[n + o] * sum[o] + (bias ? bias[n + o] : 0.0f);
+    y[n + o] = relu && v < 0.0f ? 0.0f : v;
+  }
 }
 
 inline void int8_linear(const float* x, int64_t R, int64_t K, const int8_t* w,
                         const float* scale, const float* bias, int64_t n0, int64_t n1, bool relu,
                         float* y, int64_t N) {
-  for (int64_t r0 = 0; r0 < R; r0 += 4) {
-    const float* xr = x + r0 * K;
-    float* yr = y + r0 * N;
-    switch (std::min<int64_t>(4, R - r0)) {
-      case 1: int8_linear_rows<1>(xr, K, w, scale, bias, n0, n1, relu, yr, N); break;
-      case 2: int8_linear_rows<2>(xr, K, w, scale, bias, n0, n1, relu, yr, N); break;
-      case 3: int8_linear_rows<3>(xr, K, w, scale, bias, n0, n1, relu, yr, N); break;
-      default: int8_linear_rows<4>(xr, K, w, scale, bias, n0, n1, relu, yr, N); break;
-    }
+  constexpr int kOuts = 4;
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = x + r * K;
+    float* yr = y + r * N;
+    int64_t n = n0;
+    for (; n + kOuts <= n1; n += kOuts)
+      int8_linear_outputs<kOuts>(xr, K, w, scale, bias, n, relu, yr);
+    for (; n < n1; ++n) int8_linear_outputs<1>(xr, K, w, scale, bias, n, relu, yr);
   }
 }

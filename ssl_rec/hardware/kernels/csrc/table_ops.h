@@ -138,6 +138,7 @@ struct LookupChunk {
 // searches run while the output's write-back is the bottleneck rather than between writes.
 inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b0, int64_t b1,
                    float* out) {
+  if (b0 >= b1) return;
   const int64_t dim = F ? ts[0].dim : 0;
   LookupChunk chunks[2];
   for (int64_t f = 0; f < F; ++f) {
@@ -159,7 +160,6 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
       }
       continue;
     }
-    if (b0 >= b1) continue;
     LookupChunk* cur = &chunks[0];
     LookupChunk* next = &chunks[1];
     cur->start(b0, std::min(b1 - b0, kLookupChunk));
@@ -167,6 +167,7 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
     while (cur->n > 0) {
       const int64_t c1 = cur->c0 + cur->n;
       next->start(c1, std::min(b1 - c1, kLookupChunk));
+      // a chunk's rows cover the next chunk's samples: only the last chunk is shorter
       const auto probe_next = [&](int64_t j) {
         if (j < next->n) next->probe(t, ids, F, f, j);
       };
@@ -179,7 +180,6 @@ inline void lookup(const TableView* ts, const int64_t* ids, int64_t F, int64_t b
       };
       write_rows(c.cached, c.nc, c.stored, c.ns, t.kind, t.rbytes, dim, F, f, out, cache_row,
                  store_row, probe_next);
-      for (int64_t j = cur->n; j < next->n; ++j) next->probe(t, ids, F, f, j);
       std::swap(cur, next);
     }
   }
