@@ -53,7 +53,7 @@ def arrays(
     Args:
         dataset: a key of :data:`DATA_MODULES`.
         fraction: labeled fraction of the training rows (the data module's ``label_fraction``).
-        seed: seed of the labeled subset.
+        seed: seed of the split (the data module's ``split_seed``) and of the labeled subset.
         cache: the data module's ``cache_dir``.
 
     Returns:
@@ -64,7 +64,7 @@ def arrays(
     key = (dataset, fraction, seed, cache)
     if key not in _ARRAYS:
         dm = DATA_MODULES[dataset](
-            batch_size=4096, label_fraction=fraction, seed=seed, cache_dir=cache
+            batch_size=4096, label_fraction=fraction, seed=seed, cache_dir=cache, split_seed=seed
         )
         splits = {
             "train": _collect(dm.train_dataloader()),
@@ -189,7 +189,7 @@ def peer_runs(
         name: one of :data:`PEERS`.
         dataset: a key of :data:`DATA_MODULES`.
         fraction: labeled fraction of the training rows.
-        seed: the labeled subset's and the model's seed.
+        seed: the split's, the labeled subset's and the model's seed.
         epochs: epochs of the deepctr models (the best validation epoch is kept).
         cache: the data module's ``cache_dir``.
         batch: batch size of the deepctr models.

