@@ -13,11 +13,11 @@ fraction (``--fractions``, default 100%, 10%, 1%), this trains
   ``train/valid/test.parquet`` split files, the same rows the peers read), so the shipped
   own-data configs run as a user runs them (``batch_size: auto``, early stopping on
   validation AUC, ``min_frequency`` 2):
-- from scratch, ``configs/ctr/tabular.yaml`` as shipped and the small grid of
-  :data:`SCRATCH_VARIANTS` (one knob changed each: the tables' step, the wide term, encoder
-  dropout, the tables' weight decay, the former fixed batch of 1024, the DeepFM and DCNv2
-  backbones); ``scratch`` is the variant of best validation AUC, ``scratch_dlrm`` the best
-  DLRM one,
+- from scratch, ``configs/ctr/tabular.yaml`` as shipped (DeepFM) and the small grid of
+  :data:`SCRATCH_VARIANTS` (the DLRM and DCNv2 backbones, and for DLRM one knob changed each:
+  the tables' step, the wide term, encoder dropout, the tables' weight decay, the former
+  fixed batch of 1024); ``scratch`` is the variant of best validation AUC, ``scratch_dlrm``
+  the best DLRM one,
 - every self-supervised configuration of :data:`SSL_CONFIGURATIONS`, each paired per seed
   with its scratch twin (``scratch_dlrm``): DLRM pretrained by each family on the training
   rows without labels with its own-data config (``configs/pretrain/tabular*.yaml``; the
@@ -230,20 +230,23 @@ SSL_CONFIGURATIONS = (
 ENCODER = "--model.init_args.backbone.init_args.encoder.init_args"
 TABLES = "--model.init_args.backbone.init_args.tables"
 # The from-scratch grid on the own-data CTR config (configs/ctr/tabular.yaml as shipped is
-# "dlrm": DLRM with encoder dropout 0.2, the setting this grid chose): one knob changed per
-# variant, each kept or not on validation AUC. "scratch" chooses among all, "scratch_dlrm"
-# (the twin of every self-supervised configuration, which fine-tune DLRM) among the DLRM ones.
+# "deepfm, dropout=0.2": DeepFM with encoder dropout 0.2, the variant this grid chose): one
+# knob changed per variant, each kept or not on validation AUC. "scratch" chooses among all,
+# "scratch_dlrm" (the twin of every self-supervised configuration, which fine-tune DLRM) among
+# the DLRM ones. Another backbone file keeps the config's encoder dropout (jsonargparse keeps
+# the init_args the new encoder class accepts), so "dlrm" is DLRM with dropout 0.2.
+BACKBONE = "--model.init_args.backbone"
+DLRM = f"{BACKBONE}=configs/common/backbone/dlrm.yaml"
+SHIPPED_SCRATCH = "deepfm, dropout=0.2"
 SCRATCH_VARIANTS: dict[str, tuple[str, ...]] = {
-    "dlrm": (),
-    "dlrm, dropout=0": (f"{ENCODER}.dropout=0",),
-    "dlrm, wide=true": ("--model.init_args.wide=true",),
-    "dlrm, embedding_lr=0.01": ("--model.init_args.embedding_lr=0.01",),
-    "dlrm, tables weight_decay=1e-4": (f"{TABLES}.weight_decay=0.0001",),
-    "dlrm, batch_size=1024": ("--data.init_args.batch_size=1024",),
-    # Another backbone file: the config's encoder dropout carries over (jsonargparse keeps the
-    # init_args the new encoder class accepts).
-    "deepfm, dropout=0.2": ("--model.init_args.backbone=configs/common/backbone/deepfm.yaml",),
-    "dcnv2, dropout=0.2": ("--model.init_args.backbone=configs/common/backbone/dcnv2.yaml",),
+    SHIPPED_SCRATCH: (),
+    "dlrm": (DLRM,),
+    "dlrm, dropout=0": (DLRM, f"{ENCODER}.dropout=0"),
+    "dlrm, wide=true": (DLRM, "--model.init_args.wide=true"),
+    "dlrm, embedding_lr=0.01": (DLRM, "--model.init_args.embedding_lr=0.01"),
+    "dlrm, tables weight_decay=1e-4": (DLRM, f"{TABLES}.weight_decay=0.0001"),
+    "dlrm, batch_size=1024": (DLRM, "--data.init_args.batch_size=1024"),
+    "dcnv2, dropout=0.2": (f"{BACKBONE}=configs/common/backbone/dcnv2.yaml",),
 }
 # Variants of every self-supervised configuration: how the pretrained ones fine-tune
 # (configs/finetune/tabular.yaml as shipped: the tables' step 0.01), the weight of the
@@ -280,7 +283,7 @@ class Sizes:
     """What one study runs.
 
     Attributes:
-        seeds: seeds of the labeled subsets and the models (one process each).
+        seeds: seeds of the splits, the labeled subsets and the models (one process each).
         fractions: labeled fractions of the training rows.
         max_epochs: epochs of a CTR fit with all labels (:func:`schedule` for fewer).
         pretrain_epochs: epochs of each pretraining run.

@@ -35,7 +35,7 @@ def _readme_fit_configs() -> list[str]:
 @pytest.mark.parametrize("dataset", sorted(real_data.DATASETS))
 def test_study_commands_are_the_readme_own_data_commands(dataset: str) -> None:
     commands = real_data._commands(real_data.FULL, dataset)
-    scratch = commands["scratch (dlrm)"]
+    scratch = commands[f"scratch ({real_data.SHIPPED_SCRATCH})"]
     # From scratch: the README's first command, nothing added but the table's options.
     assert scratch[0] == "--config=configs/ctr/tabular.yaml"
     assert _keys(scratch[1:]) == OWN_KEYS
@@ -85,20 +85,25 @@ def test_scratch_variants_change_what_they_name(tmp_path: Path, write_clicks) ->
         extra = [real_data._absolute(a) for a in real_data.SCRATCH_VARIANTS[variant]]
         return instantiate([*base, *extra])
 
-    shipped = build("dlrm")
-    assert build("dlrm, wide=true").model.hparams.wide != shipped.model.hparams.wide
+    shipped = build(real_data.SHIPPED_SCRATCH)
 
     def encoder(cli) -> dict:  # noqa: ANN001 - a LightningCLI
         return cli.model.hparams.backbone["init_args"]["encoder"]
 
-    assert encoder(shipped)["init_args"]["dropout"] == 0.2  # the study's choice
+    assert encoder(shipped)["class_path"].endswith("DeepFMEncoder")  # the study's choice
+    assert encoder(shipped)["init_args"]["dropout"] == 0.2
+    dlrm = build("dlrm")
+    assert encoder(dlrm)["class_path"].endswith("DLRMEncoder")
+    # The backbone file's DLRM with the config's dropout carried over: the former shipped one.
+    assert encoder(dlrm)["init_args"] == {"bottom": [64], "top": [256, 128], "dropout": 0.2}
+    assert build("dlrm, wide=true").model.hparams.wide != dlrm.model.hparams.wide
     assert encoder(build("dlrm, dropout=0"))["init_args"]["dropout"] == 0
     tables = build("dlrm, tables weight_decay=1e-4").model.hparams.backbone["init_args"]["tables"]
     assert tables["weight_decay"] == pytest.approx(1e-4)
     assert build("dlrm, batch_size=1024").datamodule.hparams.batch_size == 1024
-    deepfm = encoder(build("deepfm, dropout=0.2"))
-    assert deepfm["class_path"].endswith("DeepFMEncoder")
-    assert deepfm["init_args"]["dropout"] == 0.2  # the config's dropout carries over
+    dcnv2 = encoder(build("dcnv2, dropout=0.2"))
+    assert dcnv2["class_path"].endswith("DCNv2Encoder")
+    assert dcnv2["init_args"]["dropout"] == 0.2  # the config's dropout carries over
 
 
 def test_each_seed_reads_its_own_split_in_the_library_and_the_peers(tmp_path: Path) -> None:

@@ -185,7 +185,9 @@ def test_an_old_state_dict_without_statistics_loads_as_none(tmp_path) -> None:
 def fitted(tmp_path_factory):
     root = tmp_path_factory.mktemp("numeric")
     _write(root / "clicks.csv", 1500, seed=0)
+    # DLRM, the backbone the fine-tuning test below builds (the config ships DeepFM)
     main(["fit", "--config", "configs/ctr/tabular.yaml", "--data.path", str(root / "clicks.csv"),
+          "--model.init_args.backbone", "configs/common/backbone/dlrm.yaml",
           *COLUMNS, "--data.batch_size", "256", "--trainer.max_epochs", "1",
           "--trainer.default_root_dir", str(root / "run"), *QUIET])  # fmt: skip
     return root, root / "run" / "checkpoints" / "last.ckpt"
