@@ -52,7 +52,7 @@ def test_study_commands_are_the_readme_own_data_commands(dataset: str) -> None:
     # Every config the README's own-data section fits with is one the study runs as is.
     studied = {args[0].partition("=")[2] for args in commands.values()}
     readme = _readme_fit_configs()
-    assert "configs/pretrain/tabular_adversarial.yaml" in readme
+    assert "configs/pretrain/tabular.yaml" in readme
     assert set(readme) <= studied
 
 
