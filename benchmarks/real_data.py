@@ -13,10 +13,11 @@ fraction (``--fractions``, default 100%, 10%, 1%), this trains
   ``train/valid/test.parquet`` split files, the same rows the peers read), so the shipped
   own-data configs run as a user runs them (``batch_size: auto``, early stopping on
   validation AUC, ``min_frequency`` 2):
-- from scratch, ``configs/ctr/tabular.yaml`` as shipped (DeepFM) and the small grid of
-  :data:`SCRATCH_VARIANTS` (the DLRM and DCNv2 backbones, and for DLRM one knob changed each:
-  the tables' step, the wide term, encoder dropout, the tables' weight decay, the former
-  fixed batch of 1024); ``scratch`` is the variant of best validation AUC, ``scratch_dlrm``
+- from scratch, ``configs/ctr/tabular.yaml`` as shipped (DeepFM with a wide term started from
+  logistic regression on few labels) and the small grid of :data:`SCRATCH_VARIANTS` (the deep
+  model alone, the DLRM and DCNv2 backbones, and for DLRM one knob changed each: the tables'
+  step, the wide term off, encoder dropout, the tables' weight decay, the former fixed batch
+  of 1024); ``scratch`` is the variant of best validation AUC, ``scratch_dlrm``
   the best DLRM one,
 - every self-supervised configuration of :data:`SSL_CONFIGURATIONS`, each paired per seed
   with its scratch twin (``scratch_dlrm``): DLRM pretrained by each family on the training
@@ -25,7 +26,7 @@ fraction (``--fractions``, default 100%, 10%, 1%), this trains
   ``best.ckpt``), then fine-tuned with ``configs/finetune/tabular.yaml`` (generative: masked
   feature prediction + dense reconstruction; contrastive: InfoNCE; generative-contrastive:
   replaced feature detection; adversarial: adversarial feature replacement), each choosing
-  among :data:`SSL_VARIANTS` (the tables' step, what transfers, a frozen start); joint
+  among :data:`SSL_VARIANTS` (the tables' step, a frozen start, dropout, the wide term off); joint
   (``configs/finetune/joint.yaml``) and semi-supervised (``semi_supervised.yaml``, below 100%
   of the labels) CTR training choosing the weight of the auxiliary loss,
 - peers: ``deepctr-torch`` DeepFM, DCN and xDeepFM, scikit-learn logistic regression on
@@ -230,19 +231,22 @@ SSL_CONFIGURATIONS = (
 ENCODER = "--model.init_args.backbone.init_args.encoder.init_args"
 TABLES = "--model.init_args.backbone.init_args.tables"
 # The from-scratch grid on the own-data CTR config (configs/ctr/tabular.yaml as shipped is
-# "deepfm, dropout=0.2": DeepFM with encoder dropout 0.2, the variant this grid chose): one
+# "deepfm, dropout=0.2, wide=auto": DeepFM with encoder dropout 0.2 and a wide term started
+# from logistic regression on at most 20,000 labeled rows, the variant this grid chose): one
 # knob changed per variant, each kept or not on validation AUC. "scratch" chooses among all,
 # "scratch_dlrm" (the twin of every self-supervised configuration, which fine-tune DLRM) among
 # the DLRM ones. Another backbone file keeps the config's encoder dropout (jsonargparse keeps
 # the init_args the new encoder class accepts), so "dlrm" is DLRM with dropout 0.2.
 BACKBONE = "--model.init_args.backbone"
 DLRM = f"{BACKBONE}=configs/common/backbone/dlrm.yaml"
-SHIPPED_SCRATCH = "deepfm, dropout=0.2"
+NO_WIDE = "--model.init_args.wide=false"  # the deep model alone (wide_init auto does nothing)
+SHIPPED_SCRATCH = "deepfm, dropout=0.2, wide=auto"
 SCRATCH_VARIANTS: dict[str, tuple[str, ...]] = {
     SHIPPED_SCRATCH: (),
+    "deepfm, wide=false": (NO_WIDE,),
     "dlrm": (DLRM,),
     "dlrm, dropout=0": (DLRM, f"{ENCODER}.dropout=0"),
-    "dlrm, wide=true": (DLRM, "--model.init_args.wide=true"),
+    "dlrm, wide=false": (DLRM, NO_WIDE),
     "dlrm, embedding_lr=0.01": (DLRM, "--model.init_args.embedding_lr=0.01"),
     "dlrm, tables weight_decay=1e-4": (DLRM, f"{TABLES}.weight_decay=0.0001"),
     "dlrm, batch_size=1024": (DLRM, "--data.init_args.batch_size=1024"),
@@ -250,18 +254,21 @@ SCRATCH_VARIANTS: dict[str, tuple[str, ...]] = {
 }
 # Variants of every self-supervised configuration: how the pretrained ones fine-tune
 # (configs/finetune/tabular.yaml as shipped: the tables' step 0.01), the weight of the
-# auxiliary loss of joint and semi-supervised training (as shipped: 0.1); dropout in both.
+# auxiliary loss of joint and semi-supervised training (as shipped: 0.1); dropout and the
+# deep model alone (the configs' wide term off) in both.
 SSL_VARIANTS: dict[str, dict[str, tuple[str, ...]]] = {
     "pretrained": {
         "shipped": (),
         "embedding_lr=0.05": ("--model.init_args.embedding_lr=0.05",),
         "freeze_backbone_epochs=2": ("--model.init_args.freeze_backbone_epochs=2",),
         "dropout=0.2": (f"{ENCODER}.dropout=0.2",),
+        "wide=false": (NO_WIDE,),
     },
     "auxiliary": {
         "shipped": (),
         "info_nce weight=0.5": (_weights(0.5),),
         "dropout=0.2": (f"{ENCODER}.dropout=0.2",),
+        "wide=false": (NO_WIDE,),
     },
 }
 HEALTH_ROWS = 2048  # validation rows of the representation-health figures

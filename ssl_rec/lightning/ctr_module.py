@@ -22,6 +22,7 @@ from ssl_rec.lightning.transfer_schedule import (
     dense_parameter_groups,
     regroup_optimizer_state,
 )
+from ssl_rec.lightning.wide_prefit import WideFitState, start_wide_term
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.heads import CTRHead
@@ -30,6 +31,7 @@ from ssl_rec.objectives.base import Objective
 from ssl_rec.types import Batch
 
 FinetuneMode = Literal["full", "linear_probe"]
+WideInit = Literal["zero", "logistic", "auto"]
 
 
 class CTRModule(ObjectiveModule):
@@ -119,6 +121,7 @@ class CTRModule(ObjectiveModule):
         transfer: TransferParts = "backbone",
         encoder_lr_scale: float = 1.0,
         freeze_backbone_epochs: int = 0,
+        wide_init: WideInit = "zero",
     ) -> None:
         super().__init__()
         if schema is None:
@@ -133,6 +136,12 @@ class CTRModule(ObjectiveModule):
             )
         if embedding_lr is not None and not embedding_lr > 0:
             raise ValueError(f"CTRModule.embedding_lr must be > 0, got {embedding_lr}")
+        if wide_init not in ("zero", "logistic", "auto"):
+            raise ValueError(
+                f"CTRModule.wide_init must be 'zero', 'logistic' or 'auto', got {wide_init!r}"
+            )
+        if wide_init == "logistic" and not wide:
+            raise ValueError("CTRModule.wide_init='logistic' fits the wide term: set wide=true")
         check_transfer_settings(
             transfer, encoder_lr_scale, freeze_backbone_epochs, finetune, bool(objectives)
         )
@@ -154,10 +163,14 @@ class CTRModule(ObjectiveModule):
             finetune=finetune, embedding_lr=embedding_lr, objectives=objectives or None,
             objective_weights=objective_weights, wide=bool(wide), transfer=transfer,
             encoder_lr_scale=float(encoder_lr_scale), freeze_backbone_epochs=freeze_backbone_epochs,
+            wide_init=wide_init,
         ))  # fmt: skip
         self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
         self.wide = wide_term(self.backbone) if wide else None
+        if self.wide is not None and wide_init != "zero":
+            # saved with the weights, so a resumed fit keeps what its first start decided
+            self.register_buffer("wide_fit_state", torch.tensor(WideFitState.pending))
         self.provenance: dict[str, Any] = {}
         self._schedule_frozen: list[torch.nn.Parameter] = []
         if init_from:
@@ -261,6 +274,11 @@ class CTRModule(ObjectiveModule):
             scheduled=self.hparams.freeze_backbone_epochs > 0,
         )  # fmt: skip
         return torch.optim.Adam(groups, weight_decay=self.hparams.weight_decay)
+
+    def on_fit_start(self) -> None:
+        """Start the wide term as ``wide_init`` says (once: a resumed fit keeps it)."""
+        if self.wide is not None and self.hparams.get("wide_init", "zero") != "zero":
+            start_wide_term(self, self.wide, self.wide_fit_state, self.hparams.wide_init)
 
     @property
     def backbone_frozen_by_schedule(self) -> bool:

@@ -27,6 +27,11 @@ class CTRHead(nn.Module):
         super().__init__()
         self.mlp = MLP(in_dim, [*hidden, 1], dropout=dropout)
 
+    @property
+    def output(self) -> nn.Linear:
+        """The one-unit output layer."""
+        return self.mlp[-1]
+
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         """Return one logit per row."""
         return self.mlp(pooled).squeeze(-1)

@@ -15,7 +15,7 @@ from torch import nn
 
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, Precision, TableSpec
 
-__all__ = ["WideTerm", "wide_table_spec", "wide_term"]
+__all__ = ["WideTerm", "hold_wide_term", "wide_table_spec", "wide_term"]
 
 _FLOAT_FORMATS = (Precision.fp32, Precision.fp16, Precision.bf16)
 
@@ -107,3 +107,10 @@ def wide_term(backbone: nn.Module) -> WideTerm:
     schema = backbone.schema
     specs = backbone.table_specs
     return WideTerm(schema.field_names, schema.cardinalities, schema.n_dense, specs)
+
+
+def hold_wide_term(wide: WideTerm) -> None:
+    """Keep ``wide``'s weights as they are while the rest trains (frozen tables, no grad)."""
+    wide.ids.frozen = True
+    if wide.dense is not None:
+        wide.dense.requires_grad_(False)
