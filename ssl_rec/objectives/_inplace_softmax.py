@@ -11,6 +11,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# Logits handled at once by the objectives that go through theirs in row blocks (MoCo's
+# queue contrast, NT-Xent): about 8 MB, so a block's log-softmax, softmax and gradient
+# products read it from cache, not memory. 1.6x faster than one pass over all rows at
+# N = 1024 x 16,385 (MoCo) and 4,096 x 4,096 (NT-Xent) on one core; a quarter and twice
+# the size were slower.
+BLOCK_LOGITS = 1 << 21
+
 
 def log_softmax_nll_(
     logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean"

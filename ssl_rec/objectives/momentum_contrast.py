@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from ssl_rec._checks import check_at_least, check_positive, check_rate
 from ssl_rec.metrics import alignment, uniformity
 from ssl_rec.models.backbone import ema_update
-from ssl_rec.objectives._inplace_softmax import log_softmax_nll_, softmax_minus_onehot_
+from ssl_rec.objectives import _inplace_softmax
+from ssl_rec.objectives._inplace_softmax import softmax_minus_onehot_
 from ssl_rec.objectives.base import Objective
 from ssl_rec.objectives.contrastive import ProjectionHead
 from ssl_rec.types import BackboneProtocol, Batch, ObjectiveOutput
@@ -18,11 +19,14 @@ from ssl_rec.views import CorrelatedFieldMask, View
 
 
 class _QueueContrast(torch.autograd.Function):
-    """Mean cross-entropy of ``[q.k, q @ queue^T] / t`` against column 0, one ``[N, 1 + K]`` buffer.
+    """Mean cross-entropy of ``[q.k, q @ queue^T] / t`` against column 0, in row blocks.
 
-    The logits are written and turned into log-probabilities in one buffer, which backward
-    turns into the gradient in place (``F.cross_entropy`` of the concatenated logits, to
-    rounding). Only ``q`` gets a gradient: keys and queue are constants.
+    Each block of query rows gets its logits, their log-softmax and, when ``q`` needs a
+    gradient, the gradient rows ``(softmax - onehot) @ [k, queue] / (N t)`` before the next
+    block is written: one block-sized buffer instead of an ``[N, 1 + K]`` one, read from
+    cache. Backward only scales the stored gradient. The loss is ``F.cross_entropy`` of the
+    concatenated logits and the gradient autograd's, to float32 rounding. Only ``q`` gets a
+    gradient: keys and queue are constants.
     """
 
     @staticmethod
@@ -33,27 +37,35 @@ class _QueueContrast(torch.autograd.Function):
         queue: torch.Tensor,
         temperature: float,
     ) -> torch.Tensor:
-        logits = q.new_empty(q.shape[0], 1 + queue.shape[0])
-        scaled = q / temperature  # 1/t on the queries: no pass over the [N, 1 + K] logits
-        logits[:, 0] = (scaled * k).sum(1)
-        # A copy (the product runs faster with it contiguous) that backward reads: the
-        # caller updates the queue in place before backward runs.
-        keys = queue.T.contiguous()
-        torch.mm(scaled, keys, out=logits[:, 1:])
-        target = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
-        loss = log_softmax_nll_(logits, target)
-        ctx.log_probs, ctx.target, ctx.temperature = logits, target, temperature
-        ctx.save_for_backward(k, keys)
-        return loss
+        rows, width = q.shape[0], 1 + queue.shape[0]
+        scaled = q / temperature  # 1/t on the queries: no pass over the logits
+        positive = (scaled * k).sum(1)
+        keys = queue.T.contiguous()  # the product runs faster with it contiguous
+        block = max(1, min(rows, _inplace_softmax.BLOCK_LOGITS // width))
+        buffer = q.new_empty(block, width)
+        grad = q.new_empty(q.shape) if ctx.needs_input_grad[0] else None
+        total = q.new_zeros(())
+        positive_column = torch.zeros(block, dtype=torch.long, device=q.device)
+        for start in range(0, rows, block):
+            end = min(rows, start + block)
+            logits = buffer[: end - start]
+            logits[:, 0] = positive[start:end]
+            torch.mm(scaled[start:end], keys, out=logits[:, 1:])
+            torch.log_softmax(logits, 1, out=logits)
+            total -= logits[:, 0].sum()
+            if grad is not None:
+                # p - onehot(0): this block's gradient in the logits
+                softmax_minus_onehot_(logits, positive_column[: end - start])
+                torch.addmm(logits[:, :1] * k[start:end], logits[:, 1:], keys.T,
+                             out=grad[start:end])  # fmt: skip
+        ctx.grad = None if grad is None else grad.div_(rows * temperature)
+        return total / rows
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # noqa: ANN001, D102
-        k, keys = ctx.saved_tensors
-        g = softmax_minus_onehot_(ctx.log_probs, ctx.target)
-        ctx.log_probs = None
-        grad_q = torch.addmm(g[:, :1] * k, g[:, 1:], keys.T)
-        return grad_q.mul_(grad / (g.shape[0] * ctx.temperature)), None, None, None
+        out, ctx.grad = ctx.grad.mul_(grad), None
+        return out, None, None, None
 
 
 class MomentumContrast(Objective):

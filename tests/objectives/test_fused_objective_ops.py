@@ -19,6 +19,7 @@ from ssl_rec.objectives import (
     AdversarialFeatureReplacement,
     MaskedFeaturePrediction,
     ReplacedFeatureDetection,
+    _inplace_softmax,
     nt_xent,
 )
 from ssl_rec.objectives._candidates import (
@@ -157,8 +158,14 @@ def plain_nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> tor
     return F.cross_entropy(sim, target)
 
 
+@pytest.mark.parametrize("block_rows", [None, 1, 5, 32])
 @pytest.mark.parametrize("temperature", [0.05, 0.5])
-def test_nt_xent_equals_the_plain_formulation_with_its_gradient(temperature: float) -> None:
+def test_nt_xent_equals_the_plain_formulation_with_its_gradient(
+    temperature: float, block_rows: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One block of similarity rows or many (an uneven last one): the plain loss and gradient."""
+    if block_rows is not None:
+        monkeypatch.setattr(_inplace_softmax, "BLOCK_LOGITS", block_rows * 74)
     g = torch.Generator().manual_seed(0)
     inputs = torch.randn(37, 6, generator=g), torch.randn(37, 6, generator=g)
     results = []
@@ -178,7 +185,13 @@ def test_nt_xent_equals_the_plain_formulation_with_its_gradient(temperature: flo
     assert torch.isfinite(loss) and torch.isfinite(z1.grad).all()
 
 
-def test_queue_contrast_equals_the_concatenated_logits_cross_entropy() -> None:
+@pytest.mark.parametrize("block_rows", [None, 1, 5, 32])
+def test_queue_contrast_equals_the_concatenated_logits_cross_entropy(
+    block_rows: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One block or many (an uneven last one): the loss and gradient of the plain formula."""
+    if block_rows is not None:
+        monkeypatch.setattr(_inplace_softmax, "BLOCK_LOGITS", block_rows * 71)
     g = torch.Generator().manual_seed(1)
     q0 = F.normalize(torch.randn(33, 8, generator=g), dim=1)
     k = F.normalize(torch.randn(33, 8, generator=g), dim=1)
@@ -197,6 +210,9 @@ def test_queue_contrast_equals_the_concatenated_logits_cross_entropy() -> None:
         results.append((loss.detach(), q.grad))
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-6, atol=0)
     torch.testing.assert_close(results[0][1], results[1][1])
+    with torch.no_grad():  # no gradient wanted: the loss alone
+        torch.testing.assert_close(_QueueContrast.apply(q0, k, queue, 0.2), results[1][0],
+                                   rtol=1e-6, atol=0)  # fmt: skip
 
 
 @pytest.mark.parametrize("rows_per_draw", [1, 7, 1024])
