@@ -9,8 +9,10 @@ only what the linear model misses, and early stopping on validation keeps it fro
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -126,6 +128,21 @@ def prefit_wide(
     }
 
 
+@contextlib.contextmanager
+def _quiet_loaders() -> Iterator[None]:
+    """Silence the data module's INFO lines (rows trained on, batch size) for a while.
+
+    The fit's own loaders log them when the trainer builds them, right after.
+    """
+    logger = logging.getLogger("ssl_rec.data")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def start_wide_term(
     module: pl.LightningModule, wide: WideTerm, state: torch.Tensor, mode: str
 ) -> None:
@@ -150,7 +167,9 @@ def start_wide_term(
     if data is None:
         raise ValueError(f"CTRModule.wide_init={mode!r} needs a data module (data: ...)")
     limit = WIDE_FIT_ROWS if mode == "logistic" else WIDE_AUTO_MAX_ROWS + 1
-    rows = labeled_rows(data.train_dataloader(), limit)
+    with _quiet_loaders():
+        rows = labeled_rows(data.train_dataloader(), limit)
+        val = data.val_dataloader()
     if mode == "auto" and len(rows[2]) > WIDE_AUTO_MAX_ROWS:
         state.fill_(WideFitState.trained)
         rank_zero_info(
@@ -158,9 +177,7 @@ def start_wide_term(
             "labeled rows)"
         )
         return
-    report = prefit_wide(
-        wide, module.head.output, module.schema.cardinalities, rows, data.val_dataloader()
-    )
+    report = prefit_wide(wide, module.head.output, module.schema.cardinalities, rows, val)
     hold_wide_term(wide)
     state.fill_(WideFitState.fitted)
     module.provenance["wide_fit"] = report
