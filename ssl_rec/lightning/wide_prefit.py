@@ -153,7 +153,8 @@ def start_wide_term(
     ``head`` and a ``schema``, attached to a trainer with a data module.
 
     Raises:
-        ValueError: more than one process, or no data module to read rows from.
+        ValueError: ``logistic`` in more than one process (``auto`` trains from zero
+            there), or no data module to read rows from.
 
     """
     if int(state) == WideFitState.fitted:
@@ -162,7 +163,11 @@ def start_wide_term(
         return
     trainer = module.trainer
     if trainer.world_size > 1:
-        raise ValueError(f"CTRModule.wide_init={mode!r} fits the wide term in one process")
+        if mode == "auto":
+            state.fill_(WideFitState.trained)
+            rank_zero_info("wide term: trained from zero (wide_init auto: more than one process)")
+            return
+        raise ValueError("CTRModule.wide_init='logistic' fits the wide term in one process")
     data = trainer.datamodule
     if data is None:
         raise ValueError(f"CTRModule.wide_init={mode!r} needs a data module (data: ...)")

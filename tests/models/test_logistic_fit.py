@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -198,3 +200,18 @@ def test_wide_init_refuses_a_model_without_a_wide_term_and_unknown_values():
     with pytest.raises(ValueError, match="wide_init must be"):
         _module(wide=True, wide_init="lbfgs")
     assert not hasattr(_module(wide=True), "wide_fit_state")  # the former state-dict keys
+
+
+def test_wide_start_under_several_processes_or_without_data_module():
+    """``auto`` trains from zero under several processes; ``logistic`` says why it cannot."""
+    module = _module(wide=True, wide_init="auto")
+    several = SimpleNamespace(trainer=SimpleNamespace(world_size=2, datamodule=_Rows()))
+    wide_prefit.start_wide_term(several, module.wide, module.wide_fit_state, "auto")
+    assert int(module.wide_fit_state) == WideFitState.trained and not module.wide.ids.frozen
+    state = torch.tensor(WideFitState.pending)
+    with pytest.raises(ValueError, match="one process"):
+        wide_prefit.start_wide_term(several, module.wide, state, "logistic")
+    alone = SimpleNamespace(trainer=SimpleNamespace(world_size=1, datamodule=None))
+    with pytest.raises(ValueError, match="needs a data module"):
+        wide_prefit.start_wide_term(alone, module.wide, state, "logistic")
+    assert int(state) == WideFitState.pending
