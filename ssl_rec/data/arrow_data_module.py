@@ -278,7 +278,7 @@ class ArrowDataModule(pl.LightningDataModule):
                 row_ids = labeled_subset(n, self.label_fraction, self.seed)
                 k = len(row_ids)
                 table = table.take(pa.array(row_ids))
-                log.info(
+                self._say_once(
                     "training on %d of %d labeled rows (label_fraction=%g)",
                     k, n, self.label_fraction,
                 )  # fmt: skip
@@ -295,11 +295,36 @@ class ArrowDataModule(pl.LightningDataModule):
         if self.batch_size != AUTO:
             return int(self.batch_size)
         size = auto_batch_size(rows)
-        log.info(
+        self._say_once(
             "batch_size auto: %d for %d training rows (%d batches per epoch)",
             size, rows, -(-rows // size),
         )  # fmt: skip
         return size
+
+    def _say_once(self, message: str, *args: object) -> None:
+        """Log ``message % args`` at INFO unless this data module already has.
+
+        A loader built again (a model reading the labeled rows before the trainer does) says
+        nothing new.
+        """
+        said = self.__dict__.setdefault("_said", set())
+        text = message % args
+        if text not in said:
+            said.add(text)
+            log.info(text)
+
+    def labeled_train_dataloader(self) -> BatchLoader:
+        """The labeled training rows alone, shuffled.
+
+        ``train_dataloader`` without the unlabeled rows a semi-supervised one mixes in.
+
+        Raises:
+            ValueError: ``use_labels`` is off or the training split has no labels.
+
+        """
+        if not self.use_labels:
+            raise ValueError("labeled_train_dataloader needs use_labels=True")
+        return self._loader("train", train=True)
 
     def train_dataloader(self) -> BatchLoader | SemiSupervisedLoader:
         """Return shuffled training batches (labeled subset, or all rows unlabeled).

@@ -277,7 +277,7 @@ class CTRModule(ObjectiveModule):
 
     def on_fit_start(self) -> None:
         """Start the wide term as ``wide_init`` says (once: a resumed fit keeps it)."""
-        if self.wide is not None and self.hparams.get("wide_init", "zero") != "zero":
+        if self.wide is not None and self.hparams.wide_init != "zero":
             start_wide_term(self, self.wide, self.wide_fit_state, self.hparams.wide_init)
 
     @property

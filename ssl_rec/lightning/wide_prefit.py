@@ -9,10 +9,8 @@ only what the linear model misses, and early stopping on validation keeps it fro
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -23,6 +21,7 @@ from torch import nn
 from ssl_rec.metrics import binary_auc
 from ssl_rec.models.logistic_fit import LogisticFit, fit_logistic
 from ssl_rec.models.wide import WideTerm, hold_wide_term
+from ssl_rec.quantize.scoring import Rows
 from ssl_rec.types import Batch
 
 __all__ = [
@@ -30,7 +29,6 @@ __all__ = [
     "WIDE_FIT_ROWS",
     "WIDE_INVERSE_STRENGTHS",
     "WideFitState",
-    "labeled_rows",
     "prefit_wide",
     "start_wide_term",
 ]
@@ -55,33 +53,6 @@ class WideFitState(enum.IntEnum):
     trained = 2  # ``auto`` on more rows than WIDE_AUTO_MAX_ROWS: zero start, trained
 
 
-def labeled_rows(
-    batches: Iterable[Batch], max_rows: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(sparse int64[N, F], dense float32[N, n_dense], label float32[N])`` of labeled rows.
-
-    Rows labeled NaN (a semi-supervised batch's unlabeled ones) are skipped; at most
-    ``max_rows`` rows, in the batches' order.
-    """
-    sparse, dense, labels, total = [], [], [], 0
-    for batch in batches:
-        if batch.label is None:
-            raise ValueError("the wide term's fit needs labeled batches (data.use_labels=true)")
-        keep = torch.isfinite(batch.label)
-        if not bool(keep.any()):
-            continue
-        take = keep.nonzero().squeeze(1)[: max_rows - total]
-        sparse.append(batch.sparse[take])
-        dense.append(batch.dense[take].float())
-        labels.append(batch.label[take].float())
-        total += int(take.numel())
-        if total >= max_rows:
-            break
-    if not total:
-        raise ValueError("the wide term's fit found no labeled rows")
-    return torch.cat(sparse), torch.cat(dense), torch.cat(labels)
-
-
 @torch.no_grad()
 def _load(fit: LogisticFit, wide: WideTerm, output: nn.Linear) -> None:
     wide.ids.load_weights([w.unsqueeze(1) for w in fit.ids])
@@ -95,7 +66,7 @@ def prefit_wide(
     wide: WideTerm,
     output: nn.Linear,
     cardinalities: Sequence[int],
-    train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    train: Rows,
     val: Iterable[Batch],
     inverse_strengths: Sequence[float] = WIDE_INVERSE_STRENGTHS,
     max_rows: int = WIDE_FIT_ROWS,
@@ -107,7 +78,7 @@ def prefit_wide(
         output: the click head's output layer (one unit): weights zeroed, bias set to the
             fit's intercept, so the model's logit is the fitted regression's.
         cardinalities: ids per field (the schema's).
-        train: the labeled training rows, as :func:`labeled_rows` gives them.
+        train: the labeled training rows.
         val: validation batches (up to ``max_rows`` rows), where ``C`` is chosen.
         inverse_strengths: the ``C`` values tried (see :func:`fit_logistic`).
         max_rows: validation rows read at most.
@@ -116,32 +87,19 @@ def prefit_wide(
         ``{"inverse_strength": C, "val_auc": {C: AUC}, "rows": N}``.
 
     """
-    sparse, dense, labels = train
-    v_sparse, v_dense, v_labels = labeled_rows(val, max_rows)
-    fits = [fit_logistic(sparse, dense, labels, cardinalities, c) for c in inverse_strengths]
-    aucs = [binary_auc(f.logits(v_sparse, v_dense), v_labels) for f in fits]
+    held_out = Rows.from_batches(val, max_rows, "the wide term's validation rows")
+    fits = [
+        fit_logistic(train.sparse, train.dense, train.label, cardinalities, c)
+        for c in inverse_strengths
+    ]
+    aucs = [binary_auc(f.logits(held_out.sparse, held_out.dense), held_out.label) for f in fits]
     best = max(range(len(fits)), key=aucs.__getitem__)
     _load(fits[best], wide, output)
     return {
         "inverse_strength": fits[best].inverse_strength,
         "val_auc": {f"{c:g}": a for c, a in zip(inverse_strengths, aucs, strict=True)},
-        "rows": int(labels.numel()),
+        "rows": len(train),
     }
-
-
-@contextlib.contextmanager
-def _quiet_loaders() -> Iterator[None]:
-    """Silence the data module's INFO lines (rows trained on, batch size) for a while.
-
-    The fit's own loaders log them when the trainer builds them, right after.
-    """
-    logger = logging.getLogger("ssl_rec.data")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def start_wide_term(
@@ -173,17 +131,20 @@ def start_wide_term(
     if data is None:
         raise ValueError(f"CTRModule.wide_init={mode!r} needs a data module (data: ...)")
     limit = WIDE_FIT_ROWS if mode == "logistic" else WIDE_AUTO_MAX_ROWS + 1
-    with _quiet_loaders():
-        rows = labeled_rows(data.train_dataloader(), limit)
-        val = data.val_dataloader()
-    if mode == "auto" and len(rows[2]) > WIDE_AUTO_MAX_ROWS:
+    # The labeled rows alone where the data module can give them (a semi-supervised loader
+    # would gather its unlabeled pool for nothing); otherwise its NaN-labeled rows are skipped.
+    batches = getattr(data, "labeled_train_dataloader", data.train_dataloader)()
+    rows = Rows.from_batches(batches, limit, "the wide term's training rows")
+    if mode == "auto" and len(rows) > WIDE_AUTO_MAX_ROWS:
         state.fill_(WideFitState.trained)
         rank_zero_info(
             f"wide term: trained from zero (wide_init auto: more than {WIDE_AUTO_MAX_ROWS:,} "
             "labeled rows)"
         )
         return
-    report = prefit_wide(wide, module.head.output, module.schema.cardinalities, rows, val)
+    report = prefit_wide(
+        wide, module.head.output, module.schema.cardinalities, rows, data.val_dataloader()
+    )
     hold_wide_term(wide)
     state.fill_(WideFitState.fitted)
     module.provenance["wide_fit"] = report

@@ -30,21 +30,26 @@ class Rows:
     def from_batches(cls, batches: Iterable[Batch], max_rows: int, where: str) -> Rows:
         """The first ``max_rows`` labeled rows of ``batches``.
 
+        Rows labeled NaN (the unlabeled rows of a semi-supervised batch) are skipped.
+
         Raises:
-            ValueError: naming ``where`` when there are no rows or no labels.
+            ValueError: naming ``where`` when there are no labeled rows or no labels.
 
         """
         parts: list[Batch] = []
         count = 0
         for batch in batches:
             if batch.label is None:
-                raise ValueError(f"{where}: rows have no labels; NE needs labeled rows")
+                raise ValueError(f"{where}: rows have no labels; this needs labeled rows")
+            labeled = torch.isfinite(batch.label)
+            if not bool(labeled.all()):
+                batch = batch.rows(labeled)
             parts.append(batch.head(max_rows - count))
             count += parts[-1].batch_size
             if count >= max_rows:
                 break
         if count == 0:
-            raise ValueError(f"{where}: no rows (an empty split?)")
+            raise ValueError(f"{where}: no rows with a label (an empty split?)")
         return cls(
             torch.cat([b.dense for b in parts]).float(),
             torch.cat([b.sparse for b in parts]).long(),

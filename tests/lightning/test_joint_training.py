@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -214,6 +215,29 @@ def test_data_module_mixes_the_rest_of_the_training_rows(tmp_path, write_clicks)
     assert unlabeled == set(range(n)) - labeled  # exactly the complement, cycled
     again = _tabular(tmp_path / "clicks.csv", tmp_path / "cache", **options)
     assert _ids(again.train_dataloader(), epochs=6) == batches
+
+
+def test_labeled_train_dataloader_and_each_fact_logged_once(tmp_path, write_clicks,
+                                                          caplog) -> None:  # fmt: skip
+    """The labeled rows alone (what the wide term's fit reads), and a second loader built
+    from the same data module does not repeat the rows and batch-size lines."""
+    write_clicks(tmp_path / "clicks.csv", n=1000)
+    options = {"label_fraction": 0.2, "unlabeled_per_batch": 2.0, "seed": 3, "batch_size": "auto"}
+    data = _tabular(tmp_path / "clicks.csv", tmp_path / "cache", **options)
+    n = data.split_table("train").num_rows
+    with caplog.at_level(logging.INFO, logger="ssl_rec.data"):
+        mixed = data.train_dataloader()
+        labeled = data.labeled_train_dataloader()
+    assert isinstance(mixed, SemiSupervisedLoader) and isinstance(labeled, BatchLoader)
+    rows = [i for lab, unl in _ids(labeled) for i in lab + unl]
+    assert sorted(rows) == sorted(labeled_subset(n, 0.2, 3).tolist())
+    assert all(torch.isfinite(b.label).all() for b in labeled)
+    said = [r.getMessage() for r in caplog.records]
+    for fact in ("training on", "batch_size auto"):
+        assert sum(m.startswith(fact) for m in said) == 1, said
+    unlabeled = _tabular(tmp_path / "clicks.csv", tmp_path / "cache", use_labels=False)
+    with pytest.raises(ValueError, match="use_labels"):
+        unlabeled.labeled_train_dataloader()
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from ssl_rec.lightning import CTRModule, wide_prefit
-from ssl_rec.lightning.wide_prefit import WIDE_INVERSE_STRENGTHS, WideFitState, labeled_rows
+from ssl_rec.lightning.wide_prefit import WIDE_INVERSE_STRENGTHS, WideFitState
 from ssl_rec.metrics import binary_auc
 from ssl_rec.models.logistic_fit import fit_logistic
+from ssl_rec.quantize.scoring import Rows
 from ssl_rec.schema import CategoricalField, FeatureSchema
 from ssl_rec.types import Batch
 
@@ -85,16 +86,17 @@ def test_fit_logistic_refuses_bad_input(mutate, message):
         fit_logistic(*_rows(50, 2), CARDINALITIES, 0.0)
 
 
-def test_labeled_rows_skips_unlabeled_rows_and_stops_at_the_cap():
+def test_rows_from_batches_skips_unlabeled_rows_and_stops_at_the_cap():
     sparse, dense, label = _rows(10, 3)
     label[[1, 4]] = float("nan")
     batches = [Batch(dense[:5], sparse[:5], label[:5]), Batch(dense[5:], sparse[5:], label[5:])]
-    got = labeled_rows(batches, max_rows=6)
+    rows = Rows.from_batches(batches, 6, "rows")
+    got = rows.sparse, rows.dense, rows.label
     keep = torch.tensor([0, 2, 3, 5, 6, 7])
     for a, b in zip(got, (sparse[keep], dense[keep], label[keep]), strict=True):
         assert torch.equal(a, b)
-    with pytest.raises(ValueError, match="no labeled rows"):
-        labeled_rows([Batch(dense[:2], sparse[:2], torch.full((2,), float("nan")))], 10)
+    with pytest.raises(ValueError, match="no rows with a label"):
+        Rows.from_batches([Batch(dense[:2], sparse[:2], torch.full((2,), float("nan")))], 10, "")
 
 
 class _Rows(pl.LightningDataModule):
