@@ -231,8 +231,9 @@ SSL_CONFIGURATIONS = (
 ENCODER = "--model.init_args.backbone.init_args.encoder.init_args"
 TABLES = "--model.init_args.backbone.init_args.tables"
 # The from-scratch grid on the own-data CTR config (configs/ctr/tabular.yaml as shipped is
-# "deepfm, dropout=0.2, wide=auto": DeepFM with encoder dropout 0.2 and a wide term started
-# from logistic regression on at most 20,000 labeled rows, the variant this grid chose): one
+# "deepfm, dropout=0.2, wide=auto, counts": DeepFM with encoder dropout 0.2 and a wide term
+# started from logistic regression on at most 20,000 labeled rows, with a slope on each id's
+# count in the rows the fit reads, the variant this grid chose): one
 # knob changed per variant, each kept or not on validation AUC. "scratch" chooses among all,
 # "scratch_dlrm" (the twin of every self-supervised configuration, which fine-tune DLRM) among
 # the DLRM ones. Another backbone file keeps the config's encoder dropout (jsonargparse keeps
@@ -240,12 +241,15 @@ TABLES = "--model.init_args.backbone.init_args.tables"
 BACKBONE = "--model.init_args.backbone"
 DLRM = f"{BACKBONE}=configs/common/backbone/dlrm.yaml"
 NO_WIDE = "--model.init_args.wide=false"  # the deep model alone (wide_init auto does nothing)
-SHIPPED_SCRATCH = "deepfm, dropout=0.2, wide=auto"
+NO_COUNTS = "--model.init_args.wide_counts=false"  # the wide term without the id counts
+SHIPPED_SCRATCH = "deepfm, dropout=0.2, wide=auto, counts"
 SCRATCH_VARIANTS: dict[str, tuple[str, ...]] = {
     SHIPPED_SCRATCH: (),
+    "deepfm, counts=false": (NO_COUNTS,),
     "deepfm, wide=false": (NO_WIDE,),
     "dlrm": (DLRM,),
     "dlrm, dropout=0": (DLRM, f"{ENCODER}.dropout=0"),
+    "dlrm, counts=false": (DLRM, NO_COUNTS),
     "dlrm, wide=false": (DLRM, NO_WIDE),
     "dlrm, embedding_lr=0.01": (DLRM, "--model.init_args.embedding_lr=0.01"),
     "dlrm, tables weight_decay=1e-4": (DLRM, f"{TABLES}.weight_decay=0.0001"),
@@ -254,20 +258,22 @@ SCRATCH_VARIANTS: dict[str, tuple[str, ...]] = {
 }
 # Variants of every self-supervised configuration: how the pretrained ones fine-tune
 # (configs/finetune/tabular.yaml as shipped: the tables' step 0.01), the weight of the
-# auxiliary loss of joint and semi-supervised training (as shipped: 0.1); dropout and the
-# deep model alone (the configs' wide term off) in both.
+# auxiliary loss of joint and semi-supervised training (as shipped: 0.1); dropout, the wide
+# term without its id counts and the deep model alone (the configs' wide term off) in both.
 SSL_VARIANTS: dict[str, dict[str, tuple[str, ...]]] = {
     "pretrained": {
         "shipped": (),
         "embedding_lr=0.05": ("--model.init_args.embedding_lr=0.05",),
         "freeze_backbone_epochs=2": ("--model.init_args.freeze_backbone_epochs=2",),
         "dropout=0.2": (f"{ENCODER}.dropout=0.2",),
+        "counts=false": (NO_COUNTS,),
         "wide=false": (NO_WIDE,),
     },
     "auxiliary": {
         "shipped": (),
         "info_nce weight=0.5": (_weights(0.5),),
         "dropout=0.2": (f"{ENCODER}.dropout=0.2",),
+        "counts=false": (NO_COUNTS,),
         "wide=false": (NO_WIDE,),
     },
 }

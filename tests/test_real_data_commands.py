@@ -93,12 +93,16 @@ def test_scratch_variants_change_what_they_name(tmp_path: Path, write_clicks) ->
     assert encoder(shipped)["class_path"].endswith("DeepFMEncoder")  # the study's choice
     assert encoder(shipped)["init_args"]["dropout"] == 0.2
     assert (shipped.model.hparams.wide, shipped.model.hparams.wide_init) == (True, "auto")
+    assert shipped.model.wide.counts is not None
+    assert build("deepfm, counts=false").model.wide.counts is None
     assert build("deepfm, wide=false").model.wide is None
     dlrm = build("dlrm")
     assert encoder(dlrm)["class_path"].endswith("DLRMEncoder")
     # The backbone file's DLRM with the config's dropout carried over: the former shipped one.
     assert encoder(dlrm)["init_args"] == {"bottom": [64], "top": [256, 128], "dropout": 0.2}
     assert dlrm.model.hparams.wide_init == "auto" and build("dlrm, wide=false").model.wide is None
+    assert dlrm.model.wide.counts is not None
+    assert build("dlrm, counts=false").model.wide.counts is None
     assert encoder(build("dlrm, dropout=0"))["init_args"]["dropout"] == 0
     tables = build("dlrm, tables weight_decay=1e-4").model.hparams.backbone["init_args"]["tables"]
     assert tables["weight_decay"] == pytest.approx(1e-4)

@@ -35,6 +35,7 @@ from ssl_rec.data.batch_rule import (
     check_batch_size,
 )
 from ssl_rec.data.dense_fit import fit_split_dense_statistics
+from ssl_rec.data.id_occurrences import count_ids
 from ssl_rec.data.loader import BatchLoader
 from ssl_rec.data.semi_supervised_loader import (
     SemiSupervisedLoader,
@@ -312,6 +313,23 @@ class ArrowDataModule(pl.LightningDataModule):
         if text not in said:
             said.add(text)
             log.info(text)
+
+    def id_counts(self) -> list[np.ndarray]:
+        """``int64[cardinality_f]`` occurrences of each id of each field in the rows a fit reads.
+
+        The labeled training rows (``label_fraction``'s subset); with ``unlabeled_per_batch``
+        or ``use_labels`` off, every training row and those of a separate unlabeled file.
+        """
+        table, extra = self.split_table("train"), self.unlabeled_file_rows()
+        tables = [table] if extra is None else [table, extra]
+        if self.use_labels and not self.unlabeled_per_batch:
+            if self.label_fraction < 1.0:
+                table = table.take(pa.array(labeled_subset(table.num_rows, self.label_fraction,
+                                                           self.seed)))  # fmt: skip
+            tables = [table]
+        counts = count_ids(tables, self.schema.cardinalities)
+        self._say_once("id counts: over %d training rows", int(counts[0].sum()) if counts else 0)
+        return counts
 
     def labeled_train_dataloader(self) -> BatchLoader:
         """The labeled training rows alone, shuffled.

@@ -22,7 +22,7 @@ from ssl_rec.lightning.transfer_schedule import (
     dense_parameter_groups,
     regroup_optimizer_state,
 )
-from ssl_rec.lightning.wide_prefit import WideFitState, start_wide_term
+from ssl_rec.lightning.wide_prefit import WideFitState, count_wide_ids, start_wide_term
 from ssl_rec.metrics import ctr_metrics
 from ssl_rec.models.backbone import as_schema
 from ssl_rec.models.heads import CTRHead
@@ -92,6 +92,14 @@ class CTRModule(ObjectiveModule):
             phase follows the trainer's epoch, so a resumed run stays in its phase. Needs
             ``finetune=full`` and no objectives. See
             :mod:`ssl_rec.lightning.transfer_schedule`.
+        wide_init: how the wide term starts: ``zero``, ``logistic`` (fitted as logistic
+            regression on the labeled rows and held) or ``auto`` (``logistic`` up to
+            ``WIDE_AUTO_MAX_ROWS`` labeled rows); see :mod:`ssl_rec.lightning.wide_prefit`.
+        wide_counts: the wide term also has a slope per field on how often the row's id
+            occurs in the rows the fit reads (:class:`~ssl_rec.models.id_counts.IdCountFeatures`:
+            the labeled rows, and the unlabeled ones of a semi-supervised fit), counted by the
+            data module (``id_counts()``) when the fit starts and saved with the weights.
+            Part of the wide term: without one (``wide=false``) it does nothing.
 
     Example:
         >>> from functools import partial
@@ -122,6 +130,7 @@ class CTRModule(ObjectiveModule):
         encoder_lr_scale: float = 1.0,
         freeze_backbone_epochs: int = 0,
         wide_init: WideInit = "zero",
+        wide_counts: bool = False,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -163,11 +172,11 @@ class CTRModule(ObjectiveModule):
             finetune=finetune, embedding_lr=embedding_lr, objectives=objectives or None,
             objective_weights=objective_weights, wide=bool(wide), transfer=transfer,
             encoder_lr_scale=float(encoder_lr_scale), freeze_backbone_epochs=freeze_backbone_epochs,
-            wide_init=wide_init,
+            wide_init=wide_init, wide_counts=bool(wide_counts),
         ))  # fmt: skip
         self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
-        self.wide = wide_term(self.backbone) if wide else None
+        self.wide = wide_term(self.backbone, bool(wide_counts)) if wide else None
         if self.wide is not None and wide_init != "zero":
             # saved with the weights, so a resumed fit keeps what its first start decided
             self.register_buffer("wide_fit_state", torch.tensor(WideFitState.pending))
@@ -276,7 +285,9 @@ class CTRModule(ObjectiveModule):
         return torch.optim.Adam(groups, weight_decay=self.hparams.weight_decay)
 
     def on_fit_start(self) -> None:
-        """Start the wide term as ``wide_init`` says (once: a resumed fit keeps it)."""
+        """Count the ids, then start the wide term as ``wide_init`` says (once each)."""
+        if self.wide is not None and self.wide.counts is not None:
+            count_wide_ids(self, self.wide)
         if self.wide is not None and self.hparams.wide_init != "zero":
             start_wide_term(self, self.wide, self.wide_fit_state, self.hparams.wide_init)
 

@@ -29,6 +29,7 @@ __all__ = [
     "WIDE_FIT_ROWS",
     "WIDE_INVERSE_STRENGTHS",
     "WideFitState",
+    "count_wide_ids",
     "prefit_wide",
     "start_wide_term",
 ]
@@ -56,8 +57,11 @@ class WideFitState(enum.IntEnum):
 @torch.no_grad()
 def _load(fit: LogisticFit, wide: WideTerm, output: nn.Linear) -> None:
     wide.ids.load_weights([w.unsqueeze(1) for w in fit.ids])
+    n_dense = 0 if wide.dense is None else wide.dense.in_features
     if wide.dense is not None:
-        wide.dense.weight.copy_(fit.dense.unsqueeze(0))
+        wide.dense.weight.copy_(fit.dense[:n_dense].unsqueeze(0))
+    if wide.count_weight is not None:
+        wide.count_weight.weight.copy_(fit.dense[n_dense:].unsqueeze(0))
     output.weight.zero_()
     output.bias.fill_(fit.bias)
 
@@ -74,7 +78,8 @@ def prefit_wide(
     """Fit ``wide`` as logistic regression, ``C`` chosen on validation AUC; zero ``output``.
 
     Args:
-        wide: the model's wide term; its id scalars and dense weights are overwritten.
+        wide: the model's wide term; its id scalars, dense weights and count slopes are
+            overwritten (its count features must be set: they are columns of the fit).
         output: the click head's output layer (one unit): weights zeroed, bias set to the
             fit's intercept, so the model's logit is the fitted regression's.
         cardinalities: ids per field (the schema's).
@@ -88,11 +93,15 @@ def prefit_wide(
 
     """
     held_out = Rows.from_batches(val, max_rows, "the wide term's validation rows")
+    # The dense columns and, where the term has them, the ids' count features.
+    columns = wide.linear_columns(train.sparse, train.dense)
+    held_out_columns = wide.linear_columns(held_out.sparse, held_out.dense)
     fits = [
-        fit_logistic(train.sparse, train.dense, train.label, cardinalities, c)
+        fit_logistic(train.sparse, columns, train.label, cardinalities, c)
         for c in inverse_strengths
     ]
-    aucs = [binary_auc(f.logits(held_out.sparse, held_out.dense), held_out.label) for f in fits]
+    aucs = [binary_auc(f.logits(held_out.sparse, held_out_columns), held_out.label)
+            for f in fits]  # fmt: skip
     best = max(range(len(fits)), key=aucs.__getitem__)
     _load(fits[best], wide, output)
     return {
@@ -100,6 +109,26 @@ def prefit_wide(
         "val_auc": {f"{c:g}": a for c, a in zip(inverse_strengths, aucs, strict=True)},
         "rows": len(train),
     }
+
+
+def count_wide_ids(module: pl.LightningModule, wide: WideTerm) -> None:
+    """Set ``wide``'s id count features from the attached data module, unless already set.
+
+    Counts loaded with the weights (a resumed fit, a trained model) are kept.
+
+    Raises:
+        ValueError: no data module, or one that cannot count its ids.
+
+    """
+    if wide.counts is None or wide.counts.fitted:
+        return
+    data = module.trainer.datamodule
+    if data is None or not hasattr(data, "id_counts"):
+        raise ValueError(
+            "CTRModule.wide_counts=true counts the ids of the training rows: it needs a data "
+            f"module with id_counts() (got {type(data).__name__})"
+        )
+    wide.counts.set_counts(data.id_counts())
 
 
 def start_wide_term(

@@ -6,6 +6,7 @@ from ssl_rec.models.deepfm import DeepFMEncoder, FMInteraction
 from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
 from ssl_rec.models.field_embedding import FieldEmbedding
 from ssl_rec.models.heads import CTRHead
+from ssl_rec.models.id_counts import IdCountFeatures
 from ssl_rec.models.mlp import MLP
 from ssl_rec.models.numeric_encoding import DENSE_ENCODINGS, DenseStandardizer
 from ssl_rec.models.two_tower import TowerEncoder, TwoTowerModel, tower_schema
@@ -24,6 +25,7 @@ __all__ = [
     "DotInteraction",
     "FMInteraction",
     "FieldEmbedding",
+    "IdCountFeatures",
     "TowerEncoder",
     "TwoTowerModel",
     "WideTerm",

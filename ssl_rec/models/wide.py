@@ -2,7 +2,9 @@
 
 Cheng et al., "Wide & Deep Learning for Recommender Systems", DLRS 2016,
 https://arxiv.org/abs/1606.07792. What logistic regression on one-hot ids learns, added to
-the deep model's logit, so that the deep model need not rediscover it from few labels.
+the deep model's logit, so that the deep model need not rediscover it from few labels;
+optionally with a slope per field on how often the id occurs in the training rows
+(:class:`~ssl_rec.models.id_counts.IdCountFeatures`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, Precision, TableSpec
+from ssl_rec.models.id_counts import IdCountFeatures
 
 __all__ = ["WideTerm", "hold_wide_term", "wide_table_spec", "wide_term"]
 
@@ -39,7 +42,7 @@ def wide_table_spec(spec: TableSpec) -> TableSpec:
 
 
 class WideTerm(nn.Module):
-    """``sum_f w_f[id_f] + <v, dense>``: a per-id scalar for every field and a dense linear map.
+    """``sum_f w_f[id_f] + <v, dense> (+ <u, counts>)``: per-id scalars and linear maps.
 
     The scalars live in the library's own tables (one column each, zero at the start), so
     they train with the fused sparse optimizer of their field's :class:`TableSpec` (see
@@ -53,6 +56,10 @@ class WideTerm(nn.Module):
         specs: one embedding spec per field (or one for all), mapped by
             :func:`wide_table_spec`.
         seed: stochastic-rounding seed of the tables.
+        id_counts: add ``sum_f u_f * count_f(id_f)``, a slope per field on the id's
+            standardized log count in the training rows (:attr:`counts`, set before training
+            with :meth:`IdCountFeatures.set_counts`); ``u`` starts at zero and trains with
+            the dense optimizer.
 
     Shape:
         ``sparse int64[B, F]``, ``dense float32[B, n_dense]`` -> ``float32[B]``.
@@ -71,6 +78,7 @@ class WideTerm(nn.Module):
         n_dense: int,
         specs: Sequence[TableSpec] | TableSpec | None = None,
         seed: int = 0,
+        id_counts: bool = False,
     ) -> None:
         super().__init__()
         if n_dense < 0:
@@ -90,27 +98,46 @@ class WideTerm(nn.Module):
         self.dense = nn.Linear(n_dense, 1, bias=False) if n_dense else None
         if self.dense is not None:
             nn.init.zeros_(self.dense.weight)
+        self.counts = IdCountFeatures(cardinalities) if id_counts else None
+        self.count_weight = nn.Linear(len(cardinalities), 1, bias=False) if id_counts else None
+        if self.count_weight is not None:
+            nn.init.zeros_(self.count_weight.weight)
+
+    def linear_columns(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """The columns of the dense linear maps: ``[dense, counts(sparse)]``, ``float32[B, *]``.
+
+        What a logistic regression of this term fits beside the one-hot ids.
+        """
+        if self.counts is None:
+            return dense
+        return torch.cat([dense.float(), self.counts(sparse)], dim=1)
 
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """The wide logit of each row; see the class docstring for shapes."""
         logit = self.ids(sparse).sum(dim=(1, 2))
         if self.dense is not None:
             logit = logit + self.dense(dense).squeeze(-1)
+        if self.count_weight is not None:
+            logit = logit + self.count_weight(self.counts(sparse)).squeeze(-1)
         return logit
 
 
-def wide_term(backbone: nn.Module) -> WideTerm:
+def wide_term(backbone: nn.Module, id_counts: bool = False) -> WideTerm:
     """The :class:`WideTerm` of a :class:`~ssl_rec.models.Backbone`'s fields and dense columns.
 
-    Each field's wide table follows that field's own table spec (overrides included).
+    Each field's wide table follows that field's own table spec (overrides included);
+    ``id_counts`` adds the count slopes.
     """
     schema = backbone.schema
     specs = backbone.table_specs
-    return WideTerm(schema.field_names, schema.cardinalities, schema.n_dense, specs)
+    return WideTerm(
+        schema.field_names, schema.cardinalities, schema.n_dense, specs, id_counts=id_counts
+    )
 
 
 def hold_wide_term(wide: WideTerm) -> None:
     """Keep ``wide``'s weights as they are while the rest trains (frozen tables, no grad)."""
     wide.ids.frozen = True
-    if wide.dense is not None:
-        wide.dense.requires_grad_(False)
+    for linear in (wide.dense, wide.count_weight):
+        if linear is not None:
+            linear.requires_grad_(False)

@@ -1,5 +1,8 @@
 """The wide (linear) term of a CTR model as it serves: FP32 scalars per id, a dense weight.
 
+A wide term's id-count slopes are a function of the id alone, so they serve folded into
+the ids' scalars.
+
 Post-training quantization leaves it in FP32: it holds one float per id (the embedding
 tables hold ``D``), and a logistic-regression term is what the low-label regime leans on.
 """
@@ -47,6 +50,11 @@ class ServingWide(nn.Module):
         n_dense = 0 if wide.dense is None else wide.dense.in_features
         out = cls([len(w) for w in weights], n_dense)
         out.scalars.copy_(torch.cat([w.sum(1) for w in weights]))
+        if wide.count_weight is not None:
+            # The count term is a fixed function of the id: folded into the id's scalar.
+            slope = wide.count_weight.weight.reshape(-1).repeat_interleave(out.offsets.diff(
+                append=out.offsets.new_tensor([len(out.scalars)])))  # fmt: skip
+            out.scalars.add_(slope * wide.counts.values)
         if wide.dense is not None:
             out.dense_weight.copy_(wide.dense.weight.reshape(-1))
         return out
