@@ -328,7 +328,9 @@ class ArrowDataModule(pl.LightningDataModule):
                                                            self.seed)))  # fmt: skip
             tables = [table]
         counts = count_ids(tables, self.schema.cardinalities)
-        self._say_once("id counts: over %d training rows", int(counts[0].sum()) if counts else 0)
+        self._say_once(
+            "id counts: over %s training rows", f"{int(counts[0].sum()) if counts else 0:,}"
+        )
         return counts
 
     def labeled_train_dataloader(self) -> BatchLoader:
