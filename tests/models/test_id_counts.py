@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from test_logistic_fit import CARDINALITIES, _module, _Rows, _StartLogits, _trainer
 
 from ssl_rec.data import TabularDataModule, id_occurrences
 from ssl_rec.data.arrow_data_module import labeled_subset
@@ -20,7 +21,6 @@ from ssl_rec.models.id_counts import IdCountFeatures
 from ssl_rec.models.logistic_fit import fit_logistic
 from ssl_rec.quantize.serving_wide import ServingWide
 from ssl_rec.types import Batch
-from tests.models.test_logistic_fit import CARDINALITIES, _module, _Rows, _StartLogits, _trainer
 
 
 def test_count_features_are_standardized_log_counts_over_the_counted_rows():
