@@ -8,12 +8,14 @@ import numpy as np
 import pyarrow as pa
 
 from ssl_rec.data.loader import fixed_list_to_numpy
+from ssl_rec.data.progress import progress_bar
 from ssl_rec.data.storage import SPARSE
 
 __all__ = ["count_ids"]
 
 # Rows converted at once: 1M rows of 26 fields are about 100 MB of int32 ids.
 _CHUNK_ROWS = 1 << 20
+_BAR_MIN_ROWS = 4 * _CHUNK_ROWS
 
 
 def count_ids(tables: Sequence[pa.Table], cardinalities: Sequence[int]) -> list[np.ndarray]:
@@ -21,7 +23,8 @@ def count_ids(tables: Sequence[pa.Table], cardinalities: Sequence[int]) -> list[
 
     Args:
         tables: tables with a ``sparse`` column (``int32[F]`` lists of encoded ids), read in
-            slices of about a million rows (memory-mapped tables stay mapped).
+            slices of about a million rows (memory-mapped tables stay mapped); above four
+            slices a progress bar (plain lines in a log) shows the rows counted.
         cardinalities: ids per field.
 
     Raises:
@@ -29,14 +32,23 @@ def count_ids(tables: Sequence[pa.Table], cardinalities: Sequence[int]) -> list[
 
     """
     counts = [np.zeros(int(c), np.int64) for c in cardinalities]
-    for table in tables:
-        for start in range(0, table.num_rows, _CHUNK_ROWS):
-            ids = fixed_list_to_numpy(table.column(SPARSE).slice(start, _CHUNK_ROWS))
-            for f, count in enumerate(counts):
-                column = ids[:, f]
-                if column.size and (column.min() < 0 or column.max() >= len(count)):
-                    raise ValueError(
-                        f"field {f}: ids outside 0..{len(count) - 1} in the counted rows"
-                    )
-                count += np.bincount(column, minlength=len(count))
+    total = sum(t.num_rows for t in tables)
+    # A bar only where counting takes seconds (some 0.6 s per million rows of 26 fields).
+    bar = progress_bar("id counts", total) if total > _BAR_MIN_ROWS else None
+    try:
+        for table in tables:
+            for start in range(0, table.num_rows, _CHUNK_ROWS):
+                ids = fixed_list_to_numpy(table.column(SPARSE).slice(start, _CHUNK_ROWS))
+                for f, count in enumerate(counts):
+                    column = ids[:, f]
+                    if column.size and (column.min() < 0 or column.max() >= len(count)):
+                        raise ValueError(
+                            f"field {f}: ids outside 0..{len(count) - 1} in the counted rows"
+                        )
+                    count += np.bincount(column, minlength=len(count))
+                if bar is not None:
+                    bar.update(len(ids))
+    finally:
+        if bar is not None:  # closed before an error is printed: the error stays last
+            bar.close()
     return counts

@@ -45,7 +45,7 @@ def test_count_features_are_standardized_log_counts_over_the_counted_rows():
         features.set_counts(counts[:1])
 
 
-def test_count_ids_counts_every_table_in_slices(monkeypatch):
+def test_count_ids_counts_every_table_in_slices(monkeypatch, capsys):
     rng = np.random.default_rng(0)
     ids = [rng.integers(0, c, (n, len(CARDINALITIES))) % np.array(CARDINALITIES)
            for n, c in ((50, 9), (31, 9))]  # fmt: skip
@@ -59,8 +59,15 @@ def test_count_ids_counts_every_table_in_slices(monkeypatch):
     both = np.concatenate(ids)
     for f, c in enumerate(CARDINALITIES):
         assert np.array_equal(got[f], np.bincount(both[:, f], minlength=c))
+    assert "id counts" not in capsys.readouterr().err  # a small table: no bar
+    # a large one has a bar (plain lines in a log), closed before an error propagates
+    monkeypatch.setattr(id_occurrences, "_BAR_MIN_ROWS", 10)
+    again = count_ids([table(b) for b in ids], CARDINALITIES)
+    assert all(np.array_equal(a, b) for a, b in zip(again, got, strict=True))
+    assert "id counts: 81 rows in" in capsys.readouterr().err.splitlines()[-1]
     with pytest.raises(ValueError, match="field 1: ids outside 0..8"):
-        count_ids([table(np.array([[0, 9]]))], CARDINALITIES)
+        count_ids([table(np.concatenate([ids[0], [[0, 9]]]))], CARDINALITIES)
+    assert "id counts: 49 rows in" in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_data_module_counts_the_rows_its_fit_reads(tmp_path, write_clicks):
