@@ -274,14 +274,12 @@ class ArrowDataModule(pl.LightningDataModule):
         if train and self.use_labels:
             if not self.split_labeled(split):
                 raise ValueError(f"use_labels=True but split {split!r} has no labels")
-            if self.label_fraction < 1.0:
-                n = table.num_rows
-                row_ids = labeled_subset(n, self.label_fraction, self.seed)
-                k = len(row_ids)
-                table = table.take(pa.array(row_ids))
+            n = table.num_rows
+            table, row_ids = self._labeled_training_rows(table)
+            if row_ids is not None:
                 self._say_once(
                     "training on %d of %d labeled rows (label_fraction=%g)",
-                    k, n, self.label_fraction,
+                    len(row_ids), n, self.label_fraction,
                 )  # fmt: skip
         rank, world = self._shard()
         size = self._train_batch_size(table.num_rows // world) if train else self.eval_batch_size
@@ -290,6 +288,13 @@ class ArrowDataModule(pl.LightningDataModule):
             drop_last=self.drop_last and train, with_labels=with_labels, row_ids=row_ids,
             rank=rank, world_size=world,
         )  # fmt: skip
+
+    def _labeled_training_rows(self, table: pa.Table) -> tuple[pa.Table, np.ndarray | None]:
+        """The training split's rows a supervised fit reads, and their ids (``None``: all)."""
+        if self.label_fraction >= 1.0:
+            return table, None
+        row_ids = labeled_subset(table.num_rows, self.label_fraction, self.seed)
+        return table.take(pa.array(row_ids)), row_ids
 
     def _train_batch_size(self, rows: int) -> int:
         """``batch_size``, or the rule's choice for ``rows`` training rows of this process."""
@@ -320,13 +325,12 @@ class ArrowDataModule(pl.LightningDataModule):
         The labeled training rows (``label_fraction``'s subset); with ``unlabeled_per_batch``
         or ``use_labels`` off, every training row and those of a separate unlabeled file.
         """
-        table, extra = self.split_table("train"), self.unlabeled_file_rows()
-        tables = [table] if extra is None else [table, extra]
+        table = self.split_table("train")
         if self.use_labels and not self.unlabeled_per_batch:
-            if self.label_fraction < 1.0:
-                table = table.take(pa.array(labeled_subset(table.num_rows, self.label_fraction,
-                                                           self.seed)))  # fmt: skip
-            tables = [table]
+            tables = [self._labeled_training_rows(table)[0]]
+        else:
+            extra = self.unlabeled_file_rows()
+            tables = [table] if extra is None else [table, extra]
         counts = count_ids(tables, self.schema.cardinalities)
         self._say_once(
             "id counts: over %s training rows", f"{int(counts[0].sum()) if counts else 0:,}"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ssl_rec.data.loader import fixed_list_to_numpy
+from ssl_rec.data.loader import fixed_list_to_numpy, validate_sparse
 from ssl_rec.data.progress import progress_bar
 from ssl_rec.data.storage import SPARSE
 
@@ -28,24 +28,22 @@ def count_ids(tables: Sequence[pa.Table], cardinalities: Sequence[int]) -> list[
         cardinalities: ids per field.
 
     Raises:
-        ValueError: an id outside its field's range.
+        ValueError: an id outside its field's range (``validate_sparse``'s message: the
+            table, the slice's first row, the row in it and the field).
 
     """
     counts = [np.zeros(int(c), np.int64) for c in cardinalities]
     total = sum(t.num_rows for t in tables)
-    # A bar only where counting takes seconds (some 0.6 s per million rows of 26 fields).
+    # A bar only where counting takes seconds (some 0.3 s per million rows of 26 fields).
     bar = progress_bar("id counts", total) if total > _BAR_MIN_ROWS else None
     try:
-        for table in tables:
+        for t, table in enumerate(tables):
             for start in range(0, table.num_rows, _CHUNK_ROWS):
                 ids = fixed_list_to_numpy(table.column(SPARSE).slice(start, _CHUNK_ROWS))
+                where = f"id counts, table {t} from row {start}: "
+                validate_sparse(ids, list(cardinalities), where)
                 for f, count in enumerate(counts):
-                    column = ids[:, f]
-                    if column.size and (column.min() < 0 or column.max() >= len(count)):
-                        raise ValueError(
-                            f"field {f}: ids outside 0..{len(count) - 1} in the counted rows"
-                        )
-                    count += np.bincount(column, minlength=len(count))
+                    count += np.bincount(ids[:, f], minlength=len(count))
                 if bar is not None:
                     bar.update(len(ids))
     finally:

@@ -286,7 +286,7 @@ class CTRModule(ObjectiveModule):
 
     def on_fit_start(self) -> None:
         """Count the ids, then start the wide term as ``wide_init`` says (once each)."""
-        if self.wide is not None and self.wide.counts is not None:
+        if self.wide is not None:
             count_wide_ids(self, self.wide)
         if self.wide is not None and self.hparams.wide_init != "zero":
             start_wide_term(self, self.wide, self.wide_fit_state, self.hparams.wide_init)

@@ -57,11 +57,7 @@ class WideFitState(enum.IntEnum):
 @torch.no_grad()
 def _load(fit: LogisticFit, wide: WideTerm, output: nn.Linear) -> None:
     wide.ids.load_weights([w.unsqueeze(1) for w in fit.ids])
-    n_dense = 0 if wide.dense is None else wide.dense.in_features
-    if wide.dense is not None:
-        wide.dense.weight.copy_(fit.dense[:n_dense].unsqueeze(0))
-    if wide.count_weight is not None:
-        wide.count_weight.weight.copy_(fit.dense[n_dense:].unsqueeze(0))
+    wide.load_linear_weights(fit.dense)
     output.weight.zero_()
     output.bias.fill_(fit.bias)
 
@@ -113,6 +109,8 @@ def prefit_wide(
 
 def count_wide_ids(module: pl.LightningModule, wide: WideTerm) -> None:
     """Set ``wide``'s id count features from the attached data module, unless already set.
+
+    A wide term without count features is left as it is.
 
     Counts loaded with the weights (a resumed fit, a trained model) are kept.
 

@@ -112,6 +112,18 @@ class WideTerm(nn.Module):
             return dense
         return torch.cat([dense.float(), self.counts(sparse)], dim=1)
 
+    @torch.no_grad()
+    def load_linear_weights(self, weights: torch.Tensor) -> None:
+        """Set the dense weights and count slopes from one weight per column.
+
+        ``weights float[n_dense + F]`` follow :meth:`linear_columns`' columns, in their order.
+        """
+        n_dense = 0 if self.dense is None else self.dense.in_features
+        for linear, part in ((self.dense, weights[:n_dense]),
+                             (self.count_weight, weights[n_dense:])):  # fmt: skip
+            if linear is not None:
+                linear.weight.copy_(part.reshape(1, -1))
+
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """The wide logit of each row; see the class docstring for shapes."""
         logit = self.ids(sparse).sum(dim=(1, 2))

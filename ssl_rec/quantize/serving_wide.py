@@ -52,9 +52,9 @@ class ServingWide(nn.Module):
         out.scalars.copy_(torch.cat([w.sum(1) for w in weights]))
         if wide.count_weight is not None:
             # The count term is a fixed function of the id: folded into the id's scalar.
-            slope = wide.count_weight.weight.reshape(-1).repeat_interleave(out.offsets.diff(
-                append=out.offsets.new_tensor([len(out.scalars)])))  # fmt: skip
-            out.scalars.add_(slope * wide.counts.values)
+            slopes = wide.count_weight.weight.reshape(-1)
+            cards = torch.tensor(wide.counts.cardinalities, device=slopes.device)
+            out.scalars.add_(slopes.repeat_interleave(cards) * wide.counts.values)
         if wide.dense is not None:
             out.dense_weight.copy_(wide.dense.weight.reshape(-1))
         return out
