@@ -35,7 +35,7 @@ from ssl_rec.data.batch_rule import (
     check_batch_size,
 )
 from ssl_rec.data.dense_fit import fit_split_dense_statistics
-from ssl_rec.data.id_occurrences import count_ids
+from ssl_rec.data.id_occurrences import count_id_pairs, count_ids
 from ssl_rec.data.loader import BatchLoader
 from ssl_rec.data.semi_supervised_loader import (
     SemiSupervisedLoader,
@@ -319,23 +319,45 @@ class ArrowDataModule(pl.LightningDataModule):
             said.add(text)
             log.info(text)
 
-    def id_counts(self) -> list[np.ndarray]:
-        """``int64[cardinality_f]`` occurrences of each id of each field in the rows a fit reads.
+    def _counted_tables(self) -> list[pa.Table]:
+        """The rows a fit reads, where its ids are counted.
 
         The labeled training rows (``label_fraction``'s subset); with ``unlabeled_per_batch``
         or ``use_labels`` off, every training row and those of a separate unlabeled file.
         """
         table = self.split_table("train")
         if self.use_labels and not self.unlabeled_per_batch:
-            tables = [self._labeled_training_rows(table)[0]]
-        else:
-            extra = self.unlabeled_file_rows()
-            tables = [table] if extra is None else [table, extra]
-        counts = count_ids(tables, self.schema.cardinalities)
+            return [self._labeled_training_rows(table)[0]]
+        extra = self.unlabeled_file_rows()
+        return [table] if extra is None else [table, extra]
+
+    def id_counts(self) -> list[np.ndarray]:
+        """``int64[cardinality_f]`` occurrences of each id of each field in the rows a fit reads.
+
+        The rows of :meth:`_counted_tables`: the labeled ones, or all of them in a
+        semi-supervised fit or pretraining.
+        """
+        counts = count_ids(self._counted_tables(), self.schema.cardinalities)
         self._say_once(
             "id counts: over %s training rows", f"{int(counts[0].sum()) if counts else 0:,}"
         )
         return counts
+
+    def id_pair_counts(self, fields: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(left, right, count)``: how often fields ``a`` and ``b``'s ids occur together.
+
+        Over the rows :meth:`id_counts` counts; see
+        :func:`~ssl_rec.data.id_occurrences.count_id_pairs`.
+        """
+        left, right, count = count_id_pairs(
+            self._counted_tables(), self.schema.cardinalities, fields
+        )
+        names = self.schema.field_names
+        self._say_once(
+            "id pair counts: %s pairs of %s and %s over %s training rows",
+            f"{len(count):,}", names[fields[0]], names[fields[1]], f"{int(count.sum()):,}",
+        )  # fmt: skip
+        return left, right, count
 
     def labeled_train_dataloader(self) -> BatchLoader:
         """The labeled training rows alone, shuffled.

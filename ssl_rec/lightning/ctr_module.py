@@ -100,6 +100,14 @@ class CTRModule(ObjectiveModule):
             the labeled rows, and the unlabeled ones of a semi-supervised fit), counted by the
             data module (``id_counts()``) when the fit starts and saved with the weights.
             Part of the wide term: without one (``wide=false``) it does nothing.
+        wide_factors: ``K > 0`` adds slopes on rank-``K`` factors of how often two fields'
+            ids occur together in those same rows (the truncated SVD of their log counts,
+            :class:`~ssl_rec.models.cooccurrence_factors.CooccurrenceFactors`): who is alike,
+            learned without labels. Counted by the data module (``id_pair_counts()``) when
+            the fit starts and saved with the weights; ``0`` (default) is off. Part of the
+            wide term, like ``wide_counts``.
+        wide_factor_fields: the two fields of ``wide_factors`` by name; default the two with
+            the most ids (users and items, in a recommender's logs).
 
     Example:
         >>> from functools import partial
@@ -131,6 +139,8 @@ class CTRModule(ObjectiveModule):
         freeze_backbone_epochs: int = 0,
         wide_init: WideInit = "zero",
         wide_counts: bool = False,
+        wide_factors: int = 0,
+        wide_factor_fields: list[str] | None = None,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -149,6 +159,8 @@ class CTRModule(ObjectiveModule):
             raise ValueError(
                 f"CTRModule.wide_init must be 'zero', 'logistic' or 'auto', got {wide_init!r}"
             )
+        if wide_factors < 0:
+            raise ValueError(f"CTRModule.wide_factors must be >= 0, got {wide_factors}")
         if wide_init == "logistic" and not wide:
             raise ValueError("CTRModule.wide_init='logistic' fits the wide term: set wide=true")
         check_transfer_settings(
@@ -172,11 +184,16 @@ class CTRModule(ObjectiveModule):
             finetune=finetune, embedding_lr=embedding_lr, objectives=objectives or None,
             objective_weights=objective_weights, wide=bool(wide), transfer=transfer,
             encoder_lr_scale=float(encoder_lr_scale), freeze_backbone_epochs=freeze_backbone_epochs,
-            wide_init=wide_init, wide_counts=bool(wide_counts),
+            wide_init=wide_init, wide_counts=bool(wide_counts), wide_factors=int(wide_factors),
+            wide_factor_fields=list(wide_factor_fields) if wide_factor_fields else None,
         ))  # fmt: skip
         self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
-        self.wide = wide_term(self.backbone, bool(wide_counts)) if wide else None
+        self.wide = (
+            wide_term(self.backbone, bool(wide_counts), int(wide_factors), wide_factor_fields)
+            if wide
+            else None
+        )
         if self.wide is not None and wide_init != "zero":
             # saved with the weights, so a resumed fit keeps what its first start decided
             self.register_buffer("wide_fit_state", torch.tensor(WideFitState.pending))
@@ -285,7 +302,10 @@ class CTRModule(ObjectiveModule):
         return torch.optim.Adam(groups, weight_decay=self.hparams.weight_decay)
 
     def on_fit_start(self) -> None:
-        """Count the ids, then start the wide term as ``wide_init`` says (once each)."""
+        """Count the ids (and id pairs), then start the wide term as ``wide_init`` says.
+
+        Each happens once: what a checkpoint brings is kept.
+        """
         if self.wide is not None:
             count_wide_ids(self, self.wide)
         if self.wide is not None and self.hparams.wide_init != "zero":

@@ -85,48 +85,71 @@ def prefit_wide(
         max_rows: validation rows read at most.
 
     Returns:
-        ``{"inverse_strength": C, "val_auc": {C: AUC}, "rows": N}``.
+        ``{"inverse_strength": C, "val_auc": {C: AUC}, "rows": N}``; a term with
+        co-occurrence factors also tries every ``C`` without them and adds ``"factors"``
+        (whether the chosen fit uses them) and ``"val_auc_without_factors"``.
 
     """
     held_out = Rows.from_batches(val, max_rows, "the wide term's validation rows")
-    # The dense columns and, where the term has them, the ids' count features.
+    # The dense columns and, where the term has them, the ids' count features and the
+    # co-occurrence factors.
     columns = wide.linear_columns(train.sparse, train.dense)
     held_out_columns = wide.linear_columns(held_out.sparse, held_out.dense)
-    fits = [
-        fit_logistic(train.sparse, columns, train.label, cardinalities, c)
-        for c in inverse_strengths
-    ]
-    aucs = [binary_auc(f.logits(held_out.sparse, held_out_columns), held_out.label)
-            for f in fits]  # fmt: skip
-    best = max(range(len(fits)), key=aucs.__getitem__)
+    # With factors, the grid is tried with them and without (their columns zeroed, which
+    # leaves their weights at zero): a pair of fields whose co-occurrence says nothing
+    # about clicks is then left out on validation, not fitted to the labeled rows' noise.
+    # Without them first: on a tie the simpler fit is kept.
+    masks = {False: torch.ones(columns.shape[1])} if wide.factors is not None else {}
+    if masks:
+        masks[False][-wide.factors.width :] = 0
+    masks[True] = torch.ones(columns.shape[1])
+    fits = {(with_factors, c): fit_logistic(
+                train.sparse, columns * mask, train.label, cardinalities, c)
+            for with_factors, mask in masks.items() for c in inverse_strengths}  # fmt: skip
+    aucs = {key: binary_auc(f.logits(held_out.sparse, held_out_columns * masks[key[0]]),
+                            held_out.label)
+            for key, f in fits.items()}  # fmt: skip
+    best = max(aucs, key=aucs.__getitem__)
     _load(fits[best], wide, output)
-    return {
+    report: dict[str, Any] = {
         "inverse_strength": fits[best].inverse_strength,
-        "val_auc": {f"{c:g}": a for c, a in zip(inverse_strengths, aucs, strict=True)},
+        "val_auc": {f"{c:g}": a for (with_factors, c), a in aucs.items() if with_factors},
         "rows": len(train),
     }
+    if wide.factors is not None:
+        report["factors"] = best[0]
+        report["val_auc_without_factors"] = {
+            f"{c:g}": a for (with_factors, c), a in aucs.items() if not with_factors
+        }
+    return report
 
 
 def count_wide_ids(module: pl.LightningModule, wide: WideTerm) -> None:
-    """Set ``wide``'s id count features from the attached data module, unless already set.
+    """Set ``wide``'s id count features and co-occurrence factors from the data module.
 
-    A wide term without count features is left as it is.
-
-    Counts loaded with the weights (a resumed fit, a trained model) are kept.
+    Each is set unless the term lacks it or it is already set: counts and factors loaded
+    with the weights (a resumed fit, a trained model) are kept.
 
     Raises:
         ValueError: no data module, or one that cannot count its ids.
 
     """
-    if wide.counts is None or wide.counts.fitted:
+    needs = [(features, method)
+             for features, method in ((wide.counts, "id_counts"), (wide.factors, "id_pair_counts"))
+             if features is not None and not features.fitted]  # fmt: skip
+    if not needs:
         return
     data = module.trainer.datamodule
-    if data is None or not hasattr(data, "id_counts"):
-        raise ValueError(
-            "CTRModule.wide_counts=true counts the ids of the training rows: it needs a data "
-            f"module with id_counts() (got {type(data).__name__})"
-        )
-    wide.counts.set_counts(data.id_counts())
+    for _, method in needs:
+        if data is None or not hasattr(data, method):
+            raise ValueError(
+                "CTRModule.wide_counts / wide_factors: counting the training rows' ids "
+                f"needs a data module with {method}() (got {type(data).__name__})"
+            )
+    if wide.counts is not None and not wide.counts.fitted:
+        wide.counts.set_counts(data.id_counts())
+    if wide.factors is not None and not wide.factors.fitted:
+        wide.factors.set_counts(*data.id_pair_counts(wide.factors.fields))
 
 
 def start_wide_term(
@@ -175,7 +198,12 @@ def start_wide_term(
     hold_wide_term(wide)
     state.fill_(WideFitState.fitted)
     module.provenance["wide_fit"] = report
+    best_auc = max(
+        [*report["val_auc"].values(), *report.get("val_auc_without_factors", {}).values()]
+    )
+    factors = {True: ", with co-occurrence factors", False: ", without co-occurrence factors"}
     rank_zero_info(
         f"wide term: logistic regression on {report['rows']:,} labeled rows, held; "
-        f"C={report['inverse_strength']:g} (validation AUC {max(report['val_auc'].values()):.4f})"
+        f"C={report['inverse_strength']:g}{factors.get(report.get('factors'), '')} "
+        f"(validation AUC {best_auc:.4f})"
     )

@@ -1,6 +1,7 @@
 """Models: field embeddings, interaction encoders (DLRM, DCNv2, DeepFM), heads and the Backbone."""
 
 from ssl_rec.models.backbone import Backbone, as_schema, ema_update
+from ssl_rec.models.cooccurrence_factors import CooccurrenceFactors
 from ssl_rec.models.dcn import CrossLayer, DCNv2Encoder
 from ssl_rec.models.deepfm import DeepFMEncoder, FMInteraction
 from ssl_rec.models.dlrm import DLRMEncoder, DotInteraction
@@ -17,6 +18,7 @@ __all__ = [
     "MLP",
     "Backbone",
     "CTRHead",
+    "CooccurrenceFactors",
     "CrossLayer",
     "DCNv2Encoder",
     "DLRMEncoder",

@@ -4,7 +4,8 @@ Cheng et al., "Wide & Deep Learning for Recommender Systems", DLRS 2016,
 https://arxiv.org/abs/1606.07792. What logistic regression on one-hot ids learns, added to
 the deep model's logit, so that the deep model need not rediscover it from few labels;
 optionally with a slope per field on how often the id occurs in the training rows
-(:class:`~ssl_rec.models.id_counts.IdCountFeatures`).
+(:class:`~ssl_rec.models.id_counts.IdCountFeatures`) and slopes on low-rank factors of two
+fields' co-occurrence (:class:`~ssl_rec.models.cooccurrence_factors.CooccurrenceFactors`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,16 @@ import torch
 from torch import nn
 
 from ssl_rec.hardware import MixedPrecisionEmbeddingCollection, Precision, TableSpec
+from ssl_rec.models.cooccurrence_factors import CooccurrenceFactors
 from ssl_rec.models.id_counts import IdCountFeatures
 
-__all__ = ["WideTerm", "hold_wide_term", "wide_table_spec", "wide_term"]
+__all__ = [
+    "WideTerm",
+    "default_factor_fields",
+    "hold_wide_term",
+    "wide_table_spec",
+    "wide_term",
+]
 
 _FLOAT_FORMATS = (Precision.fp32, Precision.fp16, Precision.bf16)
 
@@ -42,7 +50,7 @@ def wide_table_spec(spec: TableSpec) -> TableSpec:
 
 
 class WideTerm(nn.Module):
-    """``sum_f w_f[id_f] + <v, dense> (+ <u, counts>)``: per-id scalars and linear maps.
+    """``sum_f w_f[id_f] + <v, dense> (+ <u, counts>) (+ <t, factors>)``: a linear model.
 
     The scalars live in the library's own tables (one column each, zero at the start), so
     they train with the fused sparse optimizer of their field's :class:`TableSpec` (see
@@ -60,6 +68,11 @@ class WideTerm(nn.Module):
             standardized log count in the training rows (:attr:`counts`, set before training
             with :meth:`IdCountFeatures.set_counts`); ``u`` starts at zero and trains with
             the dense optimizer.
+        factor_rank: ``K > 0`` adds ``<t, factors(id_a, id_b)>``, slopes on the ``2K``
+            standardized SVD factors of how often fields ``a`` and ``b``'s ids occur
+            together (:attr:`factors`, set before training with
+            :meth:`CooccurrenceFactors.set_counts`); ``t`` starts at zero like ``u``.
+        factor_fields: the field indices ``(a, b)`` (needed with ``factor_rank``).
 
     Shape:
         ``sparse int64[B, F]``, ``dense float32[B, n_dense]`` -> ``float32[B]``.
@@ -79,6 +92,8 @@ class WideTerm(nn.Module):
         specs: Sequence[TableSpec] | TableSpec | None = None,
         seed: int = 0,
         id_counts: bool = False,
+        factor_rank: int = 0,
+        factor_fields: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         if n_dense < 0:
@@ -100,29 +115,50 @@ class WideTerm(nn.Module):
             nn.init.zeros_(self.dense.weight)
         self.counts = IdCountFeatures(cardinalities) if id_counts else None
         self.count_weight = nn.Linear(len(cardinalities), 1, bias=False) if id_counts else None
-        if self.count_weight is not None:
-            nn.init.zeros_(self.count_weight.weight)
+        if factor_rank < 0:
+            raise ValueError(f"WideTerm.factor_rank must be >= 0, got {factor_rank}")
+        if factor_rank and factor_fields is None:
+            raise ValueError("WideTerm.factor_rank needs factor_fields, the two fields' indices")
+        self.factors = (
+            CooccurrenceFactors(cardinalities, factor_fields, factor_rank, seed=seed)
+            if factor_rank
+            else None
+        )
+        self.factor_weight = (
+            nn.Linear(self.factors.width, 1, bias=False) if self.factors is not None else None
+        )
+        for linear in (self.count_weight, self.factor_weight):
+            if linear is not None:
+                nn.init.zeros_(linear.weight)
+
+    def _column_maps(self) -> list[tuple[nn.Linear, int]]:
+        """The dense linear maps in :meth:`linear_columns`' order, with their widths."""
+        return [(linear, linear.in_features)
+                for linear in (self.dense, self.count_weight, self.factor_weight)
+                if linear is not None]  # fmt: skip
 
     def linear_columns(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        """The columns of the dense linear maps: ``[dense, counts(sparse)]``, ``float32[B, *]``.
+        """The columns of the dense linear maps, ``float32[B, *]``.
 
-        What a logistic regression of this term fits beside the one-hot ids.
+        ``[dense, counts(sparse), factors(sparse)]`` (those the term has): what a logistic
+        regression of this term fits beside the one-hot ids.
         """
-        if self.counts is None:
-            return dense
-        return torch.cat([dense.float(), self.counts(sparse)], dim=1)
+        columns = [dense.float()]
+        for features in (self.counts, self.factors):
+            if features is not None:
+                columns.append(features(sparse))
+        return columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
 
     @torch.no_grad()
     def load_linear_weights(self, weights: torch.Tensor) -> None:
-        """Set the dense weights and count slopes from one weight per column.
+        """Set the dense weights, count and factor slopes from one weight per column.
 
-        ``weights float[n_dense + F]`` follow :meth:`linear_columns`' columns, in their order.
+        ``weights float[*]`` follow :meth:`linear_columns`' columns, in their order.
         """
-        n_dense = 0 if self.dense is None else self.dense.in_features
-        for linear, part in ((self.dense, weights[:n_dense]),
-                             (self.count_weight, weights[n_dense:])):  # fmt: skip
-            if linear is not None:
-                linear.weight.copy_(part.reshape(1, -1))
+        maps = self._column_maps()
+        parts = weights.split([width for _, width in maps])
+        for (linear, _), part in zip(maps, parts, strict=True):
+            linear.weight.copy_(part.reshape(1, -1))
 
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """The wide logit of each row; see the class docstring for shapes."""
@@ -131,25 +167,68 @@ class WideTerm(nn.Module):
             logit = logit + self.dense(dense).squeeze(-1)
         if self.count_weight is not None:
             logit = logit + self.count_weight(self.counts(sparse)).squeeze(-1)
+        if self.factor_weight is not None:
+            logit = logit + self.factor_weight(self.factors(sparse)).squeeze(-1)
         return logit
 
 
-def wide_term(backbone: nn.Module, id_counts: bool = False) -> WideTerm:
+def default_factor_fields(cardinalities: Sequence[int]) -> tuple[int, int]:
+    """The two fields with the most ids (users and items, in a recommender's logs).
+
+    Ties go to the earlier field; the pair comes in the fields' order.
+
+    Raises:
+        ValueError: fewer than two fields.
+
+    """
+    if len(cardinalities) < 2:
+        raise ValueError(
+            f"co-occurrence factors need two fields, the schema has {len(cardinalities)}"
+        )
+    order = sorted(range(len(cardinalities)), key=lambda f: (-int(cardinalities[f]), f))
+    a, b = sorted(order[:2])
+    return a, b
+
+
+def wide_term(
+    backbone: nn.Module,
+    id_counts: bool = False,
+    factor_rank: int = 0,
+    factor_fields: Sequence[str] | None = None,
+) -> WideTerm:
     """The :class:`WideTerm` of a :class:`~ssl_rec.models.Backbone`'s fields and dense columns.
 
     Each field's wide table follows that field's own table spec (overrides included);
-    ``id_counts`` adds the count slopes.
+    ``id_counts`` adds the count slopes, ``factor_rank`` the co-occurrence factors of the two
+    named ``factor_fields`` (default: :func:`default_factor_fields`).
+
+    Raises:
+        ValueError: ``factor_fields`` not two different fields of the schema.
+
     """
     schema = backbone.schema
-    specs = backbone.table_specs
+    names = list(schema.field_names)
+    pair = None
+    if factor_rank:
+        if factor_fields is None:
+            pair = default_factor_fields(schema.cardinalities)
+        else:
+            unknown = [n for n in factor_fields if n not in names]
+            if len(factor_fields) != 2 or unknown or factor_fields[0] == factor_fields[1]:
+                raise ValueError(
+                    f"wide_factor_fields must name two different fields of {names}, "
+                    f"got {list(factor_fields)}"
+                )
+            pair = (names.index(factor_fields[0]), names.index(factor_fields[1]))
     return WideTerm(
-        schema.field_names, schema.cardinalities, schema.n_dense, specs, id_counts=id_counts
-    )
+        names, schema.cardinalities, schema.n_dense, backbone.table_specs,
+        id_counts=id_counts, factor_rank=factor_rank, factor_fields=pair,
+    )  # fmt: skip
 
 
 def hold_wide_term(wide: WideTerm) -> None:
     """Keep ``wide``'s weights as they are while the rest trains (frozen tables, no grad)."""
     wide.ids.frozen = True
-    for linear in (wide.dense, wide.count_weight):
+    for linear in (wide.dense, wide.count_weight, wide.factor_weight):
         if linear is not None:
             linear.requires_grad_(False)

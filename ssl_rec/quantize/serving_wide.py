@@ -1,7 +1,7 @@
 """The wide (linear) term of a CTR model as it serves: FP32 scalars per id, a dense weight.
 
-A wide term's id-count slopes are a function of the id alone, so they serve folded into
-the ids' scalars.
+A wide term's id-count slopes and co-occurrence factor slopes are functions of one id each,
+so they serve folded into the ids' scalars.
 
 Post-training quantization leaves it in FP32: it holds one float per id (the embedding
 tables hold ``D``), and a logistic-regression term is what the low-label regime leans on.
@@ -55,6 +55,15 @@ class ServingWide(nn.Module):
             slopes = wide.count_weight.weight.reshape(-1)
             cards = torch.tensor(wide.counts.cardinalities, device=slopes.device)
             out.scalars.add_(slopes.repeat_interleave(cards) * wide.counts.values)
+        if wide.factor_weight is not None:
+            # <t, [left[id_a], right[id_b]]> splits into one scalar per id of a and of b.
+            factors = wide.factors
+            slopes = wide.factor_weight.weight.reshape(2, factors.rank)
+            for field, table, slope in zip(
+                factors.fields, (factors.left, factors.right), slopes, strict=True
+            ):
+                start = int(out.offsets[field])
+                out.scalars[start : start + len(table)] += table @ slope
         if wide.dense is not None:
             out.dense_weight.copy_(wide.dense.weight.reshape(-1))
         return out
