@@ -6,12 +6,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from test_id_counts import _pair_counts as _pairs
 from test_logistic_fit import CARDINALITIES, _module, _Rows, _StartLogits, _trainer
 
-from ssl_rec.data import TabularDataModule, id_occurrences
-from ssl_rec.data.arrow_data_module import labeled_subset
+from ssl_rec.data import id_occurrences
 from ssl_rec.data.id_occurrences import count_id_pairs
-from ssl_rec.data.loader import fixed_list_to_numpy
 from ssl_rec.data.storage import SPARSE
 from ssl_rec.lightning import CTRModule
 from ssl_rec.lightning.wide_prefit import WIDE_INVERSE_STRENGTHS
@@ -21,12 +20,6 @@ from ssl_rec.models.logistic_fit import fit_logistic
 from ssl_rec.models.wide import default_factor_fields
 from ssl_rec.quantize.serving_wide import ServingWide
 from ssl_rec.types import Batch
-
-
-def _pairs(sparse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pair counts of fields 0 and 1 of ``sparse`` by brute force."""
-    pairs, count = np.unique(sparse[:, :2], axis=0, return_counts=True)
-    return pairs[:, 0], pairs[:, 1], count
 
 
 def test_factors_separate_groups_of_ids_that_occur_together():
@@ -105,24 +98,6 @@ def test_count_id_pairs_counts_every_table_in_slices(monkeypatch):
         count_id_pairs([table(np.concatenate([blocks[0], [[0, 9, 0]]]))], [9, 9, 9], (0, 1))
     empty = count_id_pairs([], [9, 9, 9], (0, 1))
     assert all(len(a) == 0 for a in empty)
-
-
-def test_data_module_counts_the_pairs_of_the_rows_its_fit_reads(tmp_path, write_clicks):
-    write_clicks(tmp_path / "clicks.csv", n=1000)
-
-    def data(**kwargs) -> TabularDataModule:  # noqa: ANN003
-        return TabularDataModule(str(tmp_path / "clicks.csv"), "clicked", ["price"],
-                                 ["user", "item"], cache_dir=str(tmp_path / "cache"), seed=3,
-                                 **kwargs)  # fmt: skip
-
-    supervised = data(label_fraction=0.2)
-    ids = fixed_list_to_numpy(supervised.split_table("train").column(SPARSE))
-    labeled = ids[labeled_subset(len(ids), 0.2, 3)]
-    for got, want in zip(supervised.id_pair_counts((0, 1)), _pairs(labeled), strict=True):
-        assert np.array_equal(got, want)
-    semi = data(label_fraction=0.2, unlabeled_per_batch=1.0)
-    for got, want in zip(semi.id_pair_counts((0, 1)), _pairs(ids), strict=True):
-        assert np.array_equal(got, want)
 
 
 class _PairedRows(_Rows):

@@ -16,11 +16,8 @@ from ssl_rec.data.storage import SPARSE
 from ssl_rec.lightning import CTRModule
 from ssl_rec.lightning.wide_prefit import WIDE_INVERSE_STRENGTHS
 from ssl_rec.metrics import binary_auc
-from ssl_rec.models import WideTerm
 from ssl_rec.models.id_counts import IdCountFeatures
 from ssl_rec.models.logistic_fit import fit_logistic
-from ssl_rec.quantize.serving_wide import ServingWide
-from ssl_rec.types import Batch
 
 
 def test_count_features_are_standardized_log_counts_over_the_counted_rows():
@@ -71,7 +68,13 @@ def test_count_ids_counts_every_table_in_slices(monkeypatch, capsys):
     assert "id counts: 49 rows in" in capsys.readouterr().err.splitlines()[-1]
 
 
-def test_data_module_counts_the_rows_its_fit_reads(tmp_path, write_clicks):
+def _pair_counts(sparse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pair counts of fields 0 and 1 of ``sparse`` by brute force."""
+    pairs, count = np.unique(sparse[:, :2], axis=0, return_counts=True)
+    return pairs[:, 0], pairs[:, 1], count
+
+
+def test_data_module_counts_the_ids_and_pairs_of_the_rows_its_fit_reads(tmp_path, write_clicks):
     """The labeled subset of a supervised fit; every training row of a semi-supervised one."""
     write_clicks(tmp_path / "clicks.csv", n=1000)
 
@@ -88,9 +91,13 @@ def test_data_module_counts_the_rows_its_fit_reads(tmp_path, write_clicks):
     cards = supervised.schema.cardinalities
     for f, count in enumerate(supervised.id_counts()):
         assert np.array_equal(count, np.bincount(labeled[:, f], minlength=cards[f]))
+    for got, want in zip(supervised.id_pair_counts((0, 1)), _pair_counts(labeled), strict=True):
+        assert np.array_equal(got, want)
     for semi in (data(label_fraction=0.2, unlabeled_per_batch=1.0), data(use_labels=False)):
         for f, count in enumerate(semi.id_counts()):
             assert np.array_equal(count, np.bincount(ids[:, f], minlength=cards[f]))
+        for got, want in zip(semi.id_pair_counts((0, 1)), _pair_counts(ids), strict=True):
+            assert np.array_equal(got, want)
 
 
 class _CountedRows(_Rows):
@@ -137,18 +144,3 @@ def test_wide_counts_need_a_wide_term_and_a_data_module_that_counts():
     zero = _module(wide=True, wide_counts=True)  # wide_init zero: counted, slopes trained
     _trainer(1).fit(zero, datamodule=_CountedRows())
     assert zero.wide.counts.fitted and zero.wide.count_weight.weight.abs().sum() > 0
-
-
-def test_serving_wide_folds_the_count_slopes_into_the_ids():
-    wide = WideTerm(["user", "item"], CARDINALITIES, 1, id_counts=True)
-    wide.counts.set_counts([np.arange(c) ** 2 for c in CARDINALITIES])
-    with torch.no_grad():
-        wide.count_weight.weight.copy_(torch.tensor([[0.7, -1.3]]))
-        wide.dense.weight.fill_(0.25)
-    wide.ids.load_weights([torch.randn(c, 1) for c in CARDINALITIES])
-    sparse = torch.stack([torch.arange(9) % c for c in CARDINALITIES], 1)
-    dense = torch.randn(9, 1)
-    with torch.no_grad():
-        expected = wide(sparse, dense)
-    served = ServingWide.from_wide(wide)(sparse, Batch(dense, sparse).dense)
-    torch.testing.assert_close(served, expected)
