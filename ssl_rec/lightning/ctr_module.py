@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from ssl_rec.lightning.checkpoint_loading import load_backbone_weights
 from ssl_rec.lightning.module_config import (
@@ -107,7 +108,8 @@ class CTRModule(ObjectiveModule):
             the fit starts and saved with the weights; ``0`` (default) is off. Part of the
             wide term, like ``wide_counts``.
         wide_factor_fields: the two fields of ``wide_factors`` by name; default the two with
-            the most ids (users and items, in a recommender's logs).
+            the most ids (users and items, in a recommender's logs; a table of one field has
+            no pair, and the default then adds no factors).
 
     Example:
         >>> from functools import partial
@@ -189,6 +191,10 @@ class CTRModule(ObjectiveModule):
         ))  # fmt: skip
         self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
+        if wide and wide_factors and not wide_factor_fields and len(self.schema.field_names) < 2:
+            # A shipped config on a one-field table: nothing to pair, not an error.
+            rank_zero_info("wide_factors: the table has one categorical field, no pair to factor")
+            wide_factors = 0
         self.wide = (
             wide_term(self.backbone, bool(wide_counts), int(wide_factors), wide_factor_fields)
             if wide

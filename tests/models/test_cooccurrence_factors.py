@@ -19,6 +19,7 @@ from ssl_rec.models import CooccurrenceFactors, WideTerm
 from ssl_rec.models.logistic_fit import fit_logistic
 from ssl_rec.models.wide import default_factor_fields
 from ssl_rec.quantize.serving_wide import ServingWide
+from ssl_rec.schema import CategoricalField, FeatureSchema
 from ssl_rec.types import Batch
 
 
@@ -170,6 +171,9 @@ def test_wide_factors_travel_with_the_weights(tmp_path):
 
 def test_wide_factors_check_their_settings_and_need_a_data_module_that_counts():
     assert _module(wide_factors=4).wide is None  # part of the wide term: nothing without it
+    schema = FeatureSchema(["price"], [CategoricalField("user", 12)], "label")
+    one_field = CTRModule(_module().hparams.backbone, schema.to_dict(), wide=True, wide_factors=4)
+    assert one_field.wide.factors is None  # a shipped default on a one-field table: no pair
     named = _module(wide=True, wide_factors=1, wide_factor_fields=["item", "user"])
     assert named.wide.factors.fields == (1, 0)
     with pytest.raises(ValueError, match=r"two different fields of \['user', 'item'\]"):
