@@ -76,7 +76,9 @@ class _CandidateLogits(torch.autograd.Function):
                 if need_query:
                     grad_query.index_add_(0, rows, block @ cand_emb[:, f])
                 if need_cand:
-                    grad_cand[:, f] = block.T @ query[rows]
+                    # The operand order of autograd's matmul backward: the same GEMM, so the
+                    # same rounding on every CPU (a transposed product rounds differently on some).
+                    grad_cand[:, f] = (query[rows].T @ block).T
         return grad_query, grad_target, grad_cand, None, None, None
 
 
