@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ssl_rec.models.id_counts import standardized_over_rows
+
 __all__ = ["CooccurrenceFactors"]
 
 # Subspace iterations of the randomized SVD: enough for the top singular vectors of a
@@ -115,10 +117,7 @@ class CooccurrenceFactors(nn.Module):
             self.sizes,
             check_invariants=False,  # the ids were checked above
         ).coalesce()
-        matrix = torch.sparse_coo_tensor(
-            matrix.indices(), matrix.values().log1p(), self.sizes, is_coalesced=True,
-            check_invariants=False,
-        )  # fmt: skip
+        matrix.values().log1p_()
         rank = min(self.rank, *self.sizes)
         self.left.zero_()
         self.right.zero_()
@@ -127,24 +126,11 @@ class CooccurrenceFactors(nn.Module):
                 torch.manual_seed(self.seed)
                 u, s, v = torch.svd_lowrank(matrix, q=rank, niter=_POWER_ITERATIONS)
             root = s.sqrt()
-            self.left[:, :rank] = _standardized(u * root, rows_a).float()
-            self.right[:, :rank] = _standardized(v * root, rows_b).float()
+            self.left[:, :rank] = standardized_over_rows(u * root, rows_a).float()
+            self.right[:, :rank] = standardized_over_rows(v * root, rows_b).float()
         self.counted.fill_(True)
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """Each row's factors of its field-``a`` and field-``b`` ids; shapes in the class doc."""
         a, b = self.fields
         return torch.cat([self.left[sparse[:, a]], self.right[sparse[:, b]]], dim=1)
-
-
-def _standardized(factors: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
-    """``factors float64[R, K]`` standardized per column, each id weighted by its ``rows``."""
-    weight = torch.as_tensor(rows, dtype=torch.float64).unsqueeze(1)
-    total = weight.sum()
-    if total <= 0:
-        return torch.zeros_like(factors)
-    mean = (weight * factors).sum(0) / total
-    var = (weight * (factors - mean) ** 2).sum(0) / total
-    # A column constant over the counted rows carries nothing: zero rather than noise.
-    scale = torch.where(var > 1e-12, var.sqrt(), torch.full_like(var, float("inf")))
-    return (factors - mean) / scale

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["IdCountFeatures"]
+__all__ = ["IdCountFeatures", "standardized_over_rows"]
 
 
 class IdCountFeatures(nn.Module):
@@ -74,20 +74,27 @@ class IdCountFeatures(nn.Module):
                 )
             if bool((count < 0).any()):
                 raise ValueError(f"id counts of field {f} are negative")
-            log_count = count.log1p()
-            rows = count.sum()
-            if rows > 0:
-                mean = (count * log_count).sum() / rows
-                var = (count * (log_count - mean) ** 2).sum() / rows
-                # One value over all counted rows (a constant column) carries nothing.
-                scale = var.sqrt() if var > 1e-12 else torch.tensor(float("inf"))
-                log_count = (log_count - mean) / scale
-            else:
-                log_count = torch.zeros_like(log_count)
-            parts.append(log_count.float())
+            parts.append(standardized_over_rows(count.log1p().unsqueeze(1), count)[:, 0].float())
         self.values.copy_(torch.cat(parts))
         self.counted.fill_(True)
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """The standardized log count of each row's id in each field."""
         return self.values[sparse + self.offsets]
+
+
+def standardized_over_rows(values: torch.Tensor, rows: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """``values float64[R, K]`` (one row per id) standardized per column over counted rows.
+
+    Each id weighs as many rows as ``rows[R]`` says, so a column has mean 0 and std 1 over
+    the rows it was counted on. No rows at all, or a column constant over them, gives zeros:
+    a constant column carries nothing.
+    """
+    weight = torch.as_tensor(rows, dtype=torch.float64).reshape(-1, 1)
+    total = weight.sum()
+    if total <= 0:
+        return torch.zeros_like(values)
+    mean = (weight * values).sum(0) / total
+    var = (weight * (values - mean) ** 2).sum(0) / total
+    scale = torch.where(var > 1e-12, var.sqrt(), torch.full_like(var, float("inf")))
+    return (values - mean) / scale
