@@ -191,15 +191,14 @@ class CTRModule(ObjectiveModule):
         ))  # fmt: skip
         self.backbone = factory(schema)
         self.head = CTRHead(self.backbone.dims.output_dim, head_hidden or [])
-        if wide and wide_factors and not wide_factor_fields and len(self.schema.field_names) < 2:
-            # A shipped config on a one-field table: nothing to pair, not an error.
-            rank_zero_info("wide_factors: the table has one categorical field, no pair to factor")
-            wide_factors = 0
         self.wide = (
             wide_term(self.backbone, bool(wide_counts), int(wide_factors), wide_factor_fields)
             if wide
             else None
         )
+        if self.wide is not None and wide_factors and self.wide.factors is None:
+            # A shipped config on a one-field table: nothing to pair, not an error.
+            rank_zero_info("wide_factors: the table has one categorical field, no pair to factor")
         if self.wide is not None and wide_init != "zero":
             # saved with the weights, so a resumed fit keeps what its first start decided
             self.register_buffer("wide_fit_state", torch.tensor(WideFitState.pending))

@@ -99,16 +99,19 @@ def prefit_wide(
     # leaves their weights at zero): a pair of fields whose co-occurrence says nothing
     # about clicks is then left out on validation, not fitted to the labeled rows' noise.
     # Without them first: on a tie the simpler fit is kept.
-    masks = {False: torch.ones(columns.shape[1])} if wide.factors is not None else {}
-    if masks:
-        masks[False][-wide.factors.width :] = 0
-    masks[True] = torch.ones(columns.shape[1])
-    fits = {(with_factors, c): fit_logistic(
-                train.sparse, columns * mask, train.label, cardinalities, c)
-            for with_factors, mask in masks.items() for c in inverse_strengths}  # fmt: skip
-    aucs = {key: binary_auc(f.logits(held_out.sparse, held_out_columns * masks[key[0]]),
-                            held_out.label)
-            for key, f in fits.items()}  # fmt: skip
+    variants = {True: (columns, held_out_columns)}
+    if wide.factors is not None:
+        keep = torch.ones(columns.shape[1])
+        keep[-wide.factors.width :] = 0
+        variants = {False: (columns * keep, held_out_columns * keep), **variants}
+    fits, aucs = {}, {}
+    for with_factors, (fit_columns, val_columns) in variants.items():
+        for c in inverse_strengths:
+            fit = fit_logistic(train.sparse, fit_columns, train.label, cardinalities, c)
+            fits[with_factors, c] = fit
+            aucs[with_factors, c] = binary_auc(
+                fit.logits(held_out.sparse, val_columns), held_out.label
+            )
     best = max(aucs, key=aucs.__getitem__)
     _load(fits[best], wide, output)
     report: dict[str, Any] = {
@@ -134,21 +137,21 @@ def count_wide_ids(module: pl.LightningModule, wide: WideTerm) -> None:
         ValueError: no data module, or one that cannot count its ids.
 
     """
-    needs = [(features, method)
-             for features, method in ((wide.counts, "id_counts"), (wide.factors, "id_pair_counts"))
-             if features is not None and not features.fitted]  # fmt: skip
+    needs = {method: features
+             for method, features in (("id_counts", wide.counts), ("id_pair_counts", wide.factors))
+             if features is not None and not features.fitted}  # fmt: skip
     if not needs:
         return
     data = module.trainer.datamodule
-    for _, method in needs:
-        if data is None or not hasattr(data, method):
-            raise ValueError(
-                "CTRModule.wide_counts / wide_factors: counting the training rows' ids "
-                f"needs a data module with {method}() (got {type(data).__name__})"
-            )
-    if wide.counts is not None and not wide.counts.fitted:
+    missing = [method for method in needs if data is None or not hasattr(data, method)]
+    if missing:
+        raise ValueError(
+            "CTRModule.wide_counts / wide_factors: counting the training rows' ids needs a "
+            f"data module with {'() and '.join(missing)}() (got {type(data).__name__})"
+        )
+    if "id_counts" in needs:
         wide.counts.set_counts(data.id_counts())
-    if wide.factors is not None and not wide.factors.fitted:
+    if "id_pair_counts" in needs:
         wide.factors.set_counts(*data.id_pair_counts(wide.factors.fields))
 
 

@@ -131,11 +131,13 @@ class WideTerm(nn.Module):
             if linear is not None:
                 nn.init.zeros_(linear.weight)
 
-    def _column_maps(self) -> list[tuple[nn.Linear, int]]:
-        """The dense linear maps in :meth:`linear_columns`' order, with their widths."""
-        return [(linear, linear.in_features)
-                for linear in (self.dense, self.count_weight, self.factor_weight)
-                if linear is not None]  # fmt: skip
+    def linear_maps(self) -> list[nn.Linear]:
+        """The dense linear maps the term has, in :meth:`linear_columns`' order.
+
+        The dense weights, the count slopes and the factor slopes.
+        """
+        maps = (self.dense, self.count_weight, self.factor_weight)
+        return [linear for linear in maps if linear is not None]
 
     def linear_columns(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """The columns of the dense linear maps, ``float32[B, *]``.
@@ -155,9 +157,9 @@ class WideTerm(nn.Module):
 
         ``weights float[*]`` follow :meth:`linear_columns`' columns, in their order.
         """
-        maps = self._column_maps()
-        parts = weights.split([width for _, width in maps])
-        for (linear, _), part in zip(maps, parts, strict=True):
+        maps = self.linear_maps()
+        parts = weights.split([linear.in_features for linear in maps])
+        for linear, part in zip(maps, parts, strict=True):
             linear.weight.copy_(part.reshape(1, -1))
 
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
@@ -172,19 +174,14 @@ class WideTerm(nn.Module):
         return logit
 
 
-def default_factor_fields(cardinalities: Sequence[int]) -> tuple[int, int]:
+def default_factor_fields(cardinalities: Sequence[int]) -> tuple[int, int] | None:
     """The two fields with the most ids (users and items, in a recommender's logs).
 
-    Ties go to the earlier field; the pair comes in the fields' order.
-
-    Raises:
-        ValueError: fewer than two fields.
-
+    Ties go to the earlier field; the pair comes in the fields' order. ``None`` for a table
+    of one field: there is no pair.
     """
     if len(cardinalities) < 2:
-        raise ValueError(
-            f"co-occurrence factors need two fields, the schema has {len(cardinalities)}"
-        )
+        return None
     order = sorted(range(len(cardinalities)), key=lambda f: (-int(cardinalities[f]), f))
     a, b = sorted(order[:2])
     return a, b
@@ -200,7 +197,8 @@ def wide_term(
 
     Each field's wide table follows that field's own table spec (overrides included);
     ``id_counts`` adds the count slopes, ``factor_rank`` the co-occurrence factors of the two
-    named ``factor_fields`` (default: :func:`default_factor_fields`).
+    named ``factor_fields`` (default: :func:`default_factor_fields`; none where the schema has
+    one field and names none).
 
     Raises:
         ValueError: ``factor_fields`` not two different fields of the schema.
@@ -222,13 +220,12 @@ def wide_term(
             pair = (names.index(factor_fields[0]), names.index(factor_fields[1]))
     return WideTerm(
         names, schema.cardinalities, schema.n_dense, backbone.table_specs,
-        id_counts=id_counts, factor_rank=factor_rank, factor_fields=pair,
+        id_counts=id_counts, factor_rank=factor_rank if pair else 0, factor_fields=pair,
     )  # fmt: skip
 
 
 def hold_wide_term(wide: WideTerm) -> None:
     """Keep ``wide``'s weights as they are while the rest trains (frozen tables, no grad)."""
     wide.ids.frozen = True
-    for linear in (wide.dense, wide.count_weight, wide.factor_weight):
-        if linear is not None:
-            linear.requires_grad_(False)
+    for linear in wide.linear_maps():
+        linear.requires_grad_(False)

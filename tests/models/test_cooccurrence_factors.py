@@ -76,8 +76,7 @@ def test_factors_beyond_a_fields_ids_stay_zero_and_bad_counts_are_refused():
     with pytest.raises(ValueError, match="rank must be >= 1"):
         CooccurrenceFactors([3, 2], (0, 1), rank=0)
     assert default_factor_fields([5, 40, 7, 40]) == (1, 3)
-    with pytest.raises(ValueError, match="need two fields"):
-        default_factor_fields([5])
+    assert default_factor_fields([5]) is None  # one field: no pair
 
 
 def test_count_id_pairs_counts_every_table_in_slices(monkeypatch):
