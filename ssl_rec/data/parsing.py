@@ -105,8 +105,10 @@ def parse_dense(
         nonfinite = ~np.isfinite(values)
         if nonfinite.any() and not skip:
             row = int(np.argmax(nonfinite))
+            hint = ' (preprocess.missing_values: ["", "nan"] reads NaN as missing)'
             raise ValueError(
                 f"{origin.where(row)}: column {name!r} must be finite, got {values[row]}"
+                + (hint if np.isnan(values[row]) else "")
             )
         bad |= col_bad | nonfinite
         out[:, j] = np.log1p(np.maximum(np.where(nonfinite, 0.0, values), 0.0))

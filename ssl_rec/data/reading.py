@@ -19,7 +19,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +122,20 @@ class TextFormat:
         return 2 if self.header else 1
 
 
+NAN_SPELLINGS = ("nan", "NaN", "NAN")
+
+
+def with_nan_spellings(missing: Sequence[str]) -> tuple[str, ...]:
+    """``missing`` plus every spelling of :data:`NAN_SPELLINGS` if it lists NaN in any case.
+
+    So listing ``"nan"`` as a missing cell reads ``NaN`` and ``NAN`` as missing too.
+    """
+    missing = tuple(missing)
+    if not any(m.lower() == "nan" for m in missing):
+        return missing
+    return (*missing, *(m for m in NAN_SPELLINGS if m not in missing))
+
+
 class TextBatches:
     r"""Record batches of one delimited text file, every column as nullable text.
 
@@ -130,7 +144,8 @@ class TextBatches:
         fmt: its layout.
         names: column names of every line (``None``: from the header line).
         columns: the columns to keep (default all).
-        missing_values: cells read as null.
+        missing_values: cells read as null (NaN in any case where one spelling of it is
+            listed: :func:`with_nan_spellings`).
         skip_bad_rows: drop rows with the wrong number of columns (counted in ``skipped``)
             instead of raising ``ValueError`` naming the line.
         dictionary: columns read dictionary-encoded (each batch's distinct values plus
@@ -159,7 +174,7 @@ class TextBatches:
     ) -> None:
         self.path, self.fmt, self.names = Path(path), fmt, names
         self.dictionary = frozenset(dictionary)
-        self.columns, self.missing_values = columns, list(missing_values)
+        self.columns, self.missing_values = columns, list(with_nan_spellings(missing_values))
         self.skip_bad_rows = skip_bad_rows
         self.skipped = 0
         self._raw: pa.NativeFile | None = None

@@ -111,6 +111,28 @@ def test_missing_values_are_an_explicit_option(tmp_path):
         PreprocessOptions(missing_values="NA")
 
 
+def test_listing_nan_makes_nan_cells_missing_in_parquet_and_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"clicked": [1, 0, 1], "age": [20.0, float("nan"), 30.0],
+                      "city": [1.5, float("nan"), 2.5]})  # fmt: skip
+    pq.write_table(table, tmp_path / "t.parquet")
+    (tmp_path / "t.csv").write_text("clicked,age,city\n1,20,x\n0,NaN,NAN\n1,30,y\n")
+    hint = r"\(preprocess.missing_values: \[\"\", \"nan\"\] reads NaN as missing\)"
+    for name in ("t.parquet", "t.csv"):
+        with pytest.raises(ValueError, match=r"(row 1|line 3): column 'age' must be finite, "
+                           r"got nan " + hint):  # fmt: skip
+            read_tabular(tmp_path / name, "clicked", ["age"], ["city"])
+        read = read_tabular(tmp_path / name, "clicked", ["age"], ["city"],
+                            missing_values=("", "nan"))  # fmt: skip
+        np.testing.assert_allclose(read.dense[:, 0], np.log1p([20.0, 0.0, 30.0]), rtol=1e-6)
+        assert read.categorical[0].to_pylist()[1] is None, name
+    (tmp_path / "inf.csv").write_text("clicked,age,city\n1,inf,x\n")
+    with pytest.raises(ValueError, match=r"column 'age' must be finite, got inf$"):
+        read_tabular(tmp_path / "inf.csv", "clicked", ["age"], ["city"], missing_values=("nan",))
+
+
 def test_label_typo_is_reported_before_any_work(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(_rows())

@@ -25,7 +25,14 @@ from ssl_rec.data.batch_rule import BatchSize
 from ssl_rec.data.parsing import RowValidator, check_on_bad_row
 from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
 from ssl_rec.data.raw import RawPart
-from ssl_rec.data.reading import ParquetBatches, TextBatches, TextFormat, first_line
+from ssl_rec.data.reading import (
+    NAN_SPELLINGS,
+    ParquetBatches,
+    TextBatches,
+    TextFormat,
+    first_line,
+    with_nan_spellings,
+)
 from ssl_rec.data.semi_supervised_loader import check_unlabeled_per_batch
 from ssl_rec.data.split_plan import (
     Part,
@@ -146,20 +153,30 @@ def check_columns(
 
 
 class _MissingParquet(ParquetBatches):
-    """Parquet batches whose string cells listed in ``missing_values`` become null."""
+    """Parquet batches whose cells listed in ``missing_values`` become null.
+
+    String cells equal to a listed spelling are null; floating-point NaN cells too when
+    NaN is listed (:func:`~ssl_rec.data.reading.with_nan_spellings`), as its text is in a
+    CSV file.
+    """
 
     def __init__(self, path: Path, columns: list[str], missing: tuple[str, ...]) -> None:
         super().__init__(path, columns)
+        missing = with_nan_spellings(missing)
         self.missing = pa.array(list(missing), pa.string())
+        self.nan_missing = NAN_SPELLINGS[0] in missing
+
+    def _nulled(self, column: pa.Array) -> pa.Array:
+        if pa.types.is_string(column.type) and len(self.missing):
+            return pc.if_else(pc.is_in(column, value_set=self.missing), None, column)
+        if pa.types.is_floating(column.type) and self.nan_missing:
+            return pc.if_else(pc.is_nan(column), None, column)
+        return column
 
     def __iter__(self):  # noqa: ANN204 - same as the parent
         """Yield ``(batch, first row)`` with missing spellings as null."""
         for batch, first in super().__iter__():
-            cols = [
-                pc.if_else(pc.is_in(c, value_set=self.missing), None, c)
-                if pa.types.is_string(c.type) and len(self.missing) else c
-                for c in batch.columns
-            ]  # fmt: skip
+            cols = [self._nulled(c) for c in batch.columns]
             yield pa.RecordBatch.from_arrays(cols, names=batch.schema.names), first
 
 
@@ -180,7 +197,8 @@ def tabular_batches(
         dense: numeric columns (missing -> 0 after ``log1p(max(x, 0))``).
         categorical: columns whose values (strings or ints) become ids.
         on_bad_row: ``"raise"`` or ``"skip"`` and count.
-        missing_values: cells read as missing.
+        missing_values: cells read as missing; listing NaN (any case) also makes
+            ``nan`` / ``NaN`` / ``NAN`` text and a Parquet file's floating-point NaN missing.
         delimiter: a text file's column separator (default: by suffix).
 
     """
