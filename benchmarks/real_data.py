@@ -232,8 +232,9 @@ ENCODER = "--model.init_args.backbone.init_args.encoder.init_args"
 TABLES = "--model.init_args.backbone.init_args.tables"
 # The from-scratch grid on the own-data CTR config (configs/ctr/tabular.yaml as shipped is
 # "deepfm, dropout=0.2, wide=auto, counts": DeepFM with encoder dropout 0.2 and a wide term
-# started from logistic regression on at most 20,000 labeled rows, with a slope on each id's
-# count in the rows the fit reads, the variant this grid chose): one
+# started from logistic regression where labeled rows are few (at most 20,000, or 10 per id:
+# every setting here but MovieLens at 100%), with a slope on each id's count in the rows the
+# fit reads, the variant this grid chose): one
 # knob changed per variant, each kept or not on validation AUC. "scratch" chooses among all,
 # "scratch_dlrm" (the twin of every self-supervised configuration, which fine-tune DLRM) among
 # the DLRM ones. Another backbone file keeps the config's encoder dropout (jsonargparse keeps

@@ -94,8 +94,8 @@ class CTRModule(ObjectiveModule):
             ``finetune=full`` and no objectives. See
             :mod:`ssl_rec.lightning.transfer_schedule`.
         wide_init: how the wide term starts: ``zero``, ``logistic`` (fitted as logistic
-            regression on the labeled rows and held) or ``auto`` (``logistic`` up to
-            ``WIDE_AUTO_MAX_ROWS`` labeled rows); see :mod:`ssl_rec.lightning.wide_prefit`.
+            regression on the labeled rows and held) or ``auto`` (``logistic`` where labeled
+            rows are few: :func:`~ssl_rec.lightning.wide_prefit.wide_auto_start_reason`).
         wide_counts: the wide term also has a slope per field on how often the row's id
             occurs in the rows the fit reads (:class:`~ssl_rec.models.id_counts.IdCountFeatures`:
             the labeled rows, and the unlabeled ones of a semi-supervised fit), counted by the

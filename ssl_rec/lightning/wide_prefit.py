@@ -25,13 +25,16 @@ from ssl_rec.quantize.scoring import Rows
 from ssl_rec.types import Batch
 
 __all__ = [
+    "WIDE_AUTO_MAX_IDS",
     "WIDE_AUTO_MAX_ROWS",
+    "WIDE_AUTO_ROWS_PER_ID",
     "WIDE_FIT_ROWS",
     "WIDE_INVERSE_STRENGTHS",
     "WideFitState",
     "count_wide_ids",
     "prefit_wide",
     "start_wide_term",
+    "wide_auto_start_reason",
 ]
 
 # The grid of scikit-learn's C the fit chooses from on validation AUC, and how many labeled
@@ -40,10 +43,16 @@ __all__ = [
 # of 26 fields of 100,000 ids (3 GB peak, mostly L-BFGS's history).
 WIDE_INVERSE_STRENGTHS = (0.01, 0.1, 1.0, 10.0)
 WIDE_FIT_ROWS = 200_000
-# wide_init="auto" starts from the regression up to this many labeled training rows. The
-# defaults study (benchmarks/real_data.py) measured it ahead on validation at 800 and 8,000
-# MovieLens rows, level at 18,789 e-commerce rows and behind at 80,000 MovieLens rows.
+# wide_init="auto" starts from the regression on at most WIDE_AUTO_MAX_ROWS labeled training
+# rows, or on at most WIDE_AUTO_ROWS_PER_ID labeled rows per id of the fields (the sum of their
+# cardinalities) where they hold at most WIDE_AUTO_MAX_IDS ids (the fit's memory grows with
+# them). Measured on validation (docs/PERFORMANCE.md, "Starting the wide term from logistic
+# regression"): ahead at 800 and 8,000 MovieLens rows (0.25 and 2.5 rows per id), level at
+# 18,789 e-commerce rows (28 per id), behind at 80,000 MovieLens rows (25 per id); ahead at
+# 40k, 400k and 4M labeled rows of a 5M-row table of 532k ids (0.08, 0.75 and 7.5 per id).
 WIDE_AUTO_MAX_ROWS = 20_000
+WIDE_AUTO_ROWS_PER_ID = 10
+WIDE_AUTO_MAX_IDS = 2_000_000
 
 
 class WideFitState(enum.IntEnum):
@@ -51,7 +60,7 @@ class WideFitState(enum.IntEnum):
 
     pending = 0  # not started yet
     fitted = 1  # fitted as logistic regression, held
-    trained = 2  # ``auto`` on more rows than WIDE_AUTO_MAX_ROWS: zero start, trained
+    trained = 2  # ``auto`` on many labeled rows per id (wide_auto_start_reason): zero start
 
 
 @torch.no_grad()
@@ -155,6 +164,44 @@ def count_wide_ids(module: pl.LightningModule, wide: WideTerm) -> None:
         wide.factors.set_counts(*data.id_pair_counts(wide.factors.fields))
 
 
+def wide_auto_start_reason(rows: int, ids: int) -> str | None:
+    """Why ``wide_init="auto"`` trains the wide term from zero, or ``None``: it fits it first.
+
+    Args:
+        rows: labeled training rows of the fit.
+        ids: ids of every field together (the sum of the cardinalities).
+
+    Returns:
+        ``None`` where the fields hold at most :data:`WIDE_AUTO_MAX_IDS` ids (the fit's
+        memory grows with them) and there are at most :data:`WIDE_AUTO_MAX_ROWS` rows or at
+        most :data:`WIDE_AUTO_ROWS_PER_ID` rows per id; otherwise the reason, for the log.
+
+    """
+    if ids > WIDE_AUTO_MAX_IDS:
+        return f"{ids:,} ids, more than the {WIDE_AUTO_MAX_IDS:,} a regression start fits"
+    if rows <= WIDE_AUTO_MAX_ROWS or rows <= WIDE_AUTO_ROWS_PER_ID * ids:
+        return None
+    return (f"{rows:,} labeled rows, more than {WIDE_AUTO_MAX_ROWS:,} and than "
+            f"{WIDE_AUTO_ROWS_PER_ID} per id of the fields' {ids:,} ids")  # fmt: skip
+
+
+def _auto_zero_reason(batches: Iterable[Batch], cardinalities: Sequence[int]) -> str | None:
+    """:func:`wide_auto_start_reason` for a loader's labeled rows.
+
+    A loader that does not say how many rows it holds (``num_rows``) is counted up to
+    :data:`WIDE_AUTO_MAX_ROWS`, and more rows than that start from zero (the per-id rule
+    needs the count).
+    """
+    ids = sum(cardinalities)
+    labeled = getattr(batches, "num_rows", None)
+    if labeled is None:
+        counted = Rows.from_batches(batches, WIDE_AUTO_MAX_ROWS + 1, "the wide term's rows")
+        if len(counted) > WIDE_AUTO_MAX_ROWS:
+            return f"more than {WIDE_AUTO_MAX_ROWS:,} labeled rows"
+        labeled = len(counted)
+    return wide_auto_start_reason(int(labeled), ids)
+
+
 def start_wide_term(
     module: pl.LightningModule, wide: WideTerm, state: torch.Tensor, mode: str
 ) -> None:
@@ -183,18 +230,16 @@ def start_wide_term(
     data = trainer.datamodule
     if data is None:
         raise ValueError(f"CTRModule.wide_init={mode!r} needs a data module (data: ...)")
-    limit = WIDE_FIT_ROWS if mode == "logistic" else WIDE_AUTO_MAX_ROWS + 1
     # The labeled rows alone where the data module can give them (a semi-supervised loader
     # would gather its unlabeled pool for nothing); otherwise its NaN-labeled rows are skipped.
     batches = getattr(data, "labeled_train_dataloader", data.train_dataloader)()
-    rows = Rows.from_batches(batches, limit, "the wide term's training rows")
-    if mode == "auto" and len(rows) > WIDE_AUTO_MAX_ROWS:
-        state.fill_(WideFitState.trained)
-        rank_zero_info(
-            f"wide term: trained from zero (wide_init auto: more than {WIDE_AUTO_MAX_ROWS:,} "
-            "labeled rows)"
-        )
-        return
+    if mode == "auto":
+        reason = _auto_zero_reason(batches, module.schema.cardinalities)
+        if reason is not None:
+            state.fill_(WideFitState.trained)
+            rank_zero_info(f"wide term: trained from zero (wide_init auto: {reason})")
+            return
+    rows = Rows.from_batches(batches, WIDE_FIT_ROWS, "the wide term's training rows")
     report = prefit_wide(
         wide, module.head.output, module.schema.cardinalities, rows, data.val_dataloader()
     )

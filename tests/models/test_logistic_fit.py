@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -194,6 +195,41 @@ def test_wide_init_auto_fits_on_few_rows_and_trains_from_zero_on_many(monkeypatc
     plain = _module(wide_init="auto")
     _trainer(1).fit(plain, datamodule=_Rows())
     assert plain.wide is None and not hasattr(plain, "wide_fit_state")
+
+
+def test_wide_auto_start_reason_weighs_rows_per_id_and_caps_the_ids():
+    reason = wide_prefit.wide_auto_start_reason
+    assert reason(20_000, 10) is None and reason(40_000, 4_000) is None  # 10 per id
+    assert reason(40_001, 4_000) == (
+        "40,001 labeled rows, more than 20,000 and than 10 per id of the fields' 4,000 ids"
+    )
+    capped = "2,000,001 ids, more than the 2,000,000 a regression start fits"
+    assert reason(100, 2_000_001) == capped
+
+
+class _SizedRows(_Rows):
+    """A training loader that says how many rows it holds, as the library's loaders do."""
+
+    def train_dataloader(self) -> DataLoader:
+        loader = super().train_dataloader()
+        loader.num_rows = len(self.train[2])
+        return loader
+
+
+def test_wide_init_auto_fits_where_each_id_has_few_labeled_rows(monkeypatch, caplog):
+    monkeypatch.setattr(wide_prefit, "WIDE_AUTO_MAX_ROWS", 599)  # 600 rows of 21 ids: 28.6 each
+    monkeypatch.setattr(wide_prefit, "WIDE_AUTO_ROWS_PER_ID", 29)
+    sparse = _module(wide=True, wide_init="auto")
+    _trainer(1).fit(sparse, datamodule=_SizedRows())
+    assert int(sparse.wide_fit_state) == WideFitState.fitted and sparse.wide.ids.frozen
+    monkeypatch.setattr(wide_prefit, "WIDE_AUTO_ROWS_PER_ID", 28)
+    dense = _module(wide=True, wide_init="auto")
+    with caplog.at_level(logging.INFO):
+        _trainer(1).fit(dense, datamodule=_SizedRows())
+    assert int(dense.wide_fit_state) == WideFitState.trained and not dense.wide.ids.frozen
+    assert "600 labeled rows, more than 599 and than 28 per id of the fields' 21 ids" in (
+        caplog.text
+    )
 
 
 def test_wide_init_refuses_a_model_without_a_wide_term_and_unknown_values():
