@@ -111,7 +111,7 @@ def test_missing_values_are_an_explicit_option(tmp_path):
         PreprocessOptions(missing_values="NA")
 
 
-def test_listing_nan_makes_nan_cells_missing_in_parquet_and_text(tmp_path):
+def test_missing_spellings_and_nan_in_parquet_and_text(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -128,6 +128,12 @@ def test_listing_nan_makes_nan_cells_missing_in_parquet_and_text(tmp_path):
                             missing_values=("", "nan"))  # fmt: skip
         np.testing.assert_allclose(read.dense[:, 0], np.log1p([20.0, 0.0, 30.0]), rtol=1e-6)
         assert read.categorical[0].to_pylist()[1] is None, name
+    wide_text = pa.table({"clicked": [1, 0], "age": pa.array(["1", "NA"], pa.large_string()),
+                          "city": pa.array(["x", "NA"], pa.large_string())})  # fmt: skip
+    pq.write_table(wide_text, tmp_path / "large_string.parquet")  # polars' string columns
+    read = read_tabular(tmp_path / "large_string.parquet", "clicked", ["age"], ["city"],
+                        missing_values=("", "NA"))  # fmt: skip
+    assert read.dense[1, 0] == 0.0 and read.categorical[0].to_pylist() == ["x", None]
     (tmp_path / "inf.csv").write_text("clicked,age,city\n1,inf,x\n")
     with pytest.raises(ValueError, match=r"column 'age' must be finite, got inf$"):
         read_tabular(tmp_path / "inf.csv", "clicked", ["age"], ["city"], missing_values=("nan",))

@@ -167,7 +167,8 @@ class _MissingParquet(ParquetBatches):
         self.nan_missing = NAN_SPELLINGS[0] in missing
 
     def _nulled(self, column: pa.Array) -> pa.Array:
-        if pa.types.is_string(column.type) and len(self.missing):
+        text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        if text and len(self.missing):  # large_string: what polars writes
             return pc.if_else(pc.is_in(column, value_set=self.missing), None, column)
         if pa.types.is_floating(column.type) and self.nan_missing:
             return pc.if_else(pc.is_nan(column), None, column)
