@@ -75,15 +75,13 @@ def write_log(rows: int, directory: Path, seed: int = 7) -> float:
         "hour": rng.integers(0, 24, rows), "price": price,
         "age": pa.array(age, mask=rng.random(rows) < 0.05),
     })  # fmt: skip
-    order = rng.permutation(rows)
-    cut = [int(rows * 0.8), int(rows * 0.9)]
-    for name, part in zip(("train", "valid", "test"), np.split(order, cut), strict=True):
+    parts = np.split(rng.permutation(rows), [int(rows * 0.8), int(rows * 0.9)])
+    for name, part in zip(("train", "valid", "test"), parts, strict=True):
         pq.write_table(table.take(pa.array(part)), directory / f"{name}.parquet")
-    test = np.split(order, cut)[2]
-    return binary_auc(logit[test], clicked[test])
+    return binary_auc(logit[parts[2]], clicked[parts[2]])
 
 
-def own_data_args(directory: Path) -> list[str]:
+def log_args(directory: Path) -> list[str]:
     """The README's own-data command on the log's split files."""
     return ["--config=configs/ctr/tabular.yaml", f"--data.path={directory}",
             "--data.label=clicked", f"--data.dense=[{','.join(DENSE)}]",
@@ -126,16 +124,14 @@ def study(rows: int, fractions: list[float], epochs: int, seed: int) -> dict:
                             "seconds": {}}  # fmt: skip
             for start in STARTS:
                 began = time.time()
-                fixed = [*own_data_args(directory), f"--model.init_args.wide_init={start}",
+                fixed = [*log_args(directory), f"--model.init_args.wide_init={start}",
                          f"--trainer.max_epochs={epochs}"]  # fmt: skip
-                args = [*fit_args(fixed, fraction, seed, str(cache), runs),
-                        f"--trainer.max_epochs={epochs}"]  # fmt: skip
-                val, test = library_run(args)
+                val, test = library_run(fit_args(fixed, fraction, seed, str(cache), runs))
                 record["val_auc"][start] = val
                 record["test_auc"][start] = test()[0]
                 record["seconds"][start] = round(time.time() - began, 1)
-            record["logistic_minus_zero_val"] = record["val_auc"]["logistic"] - record[
-                "val_auc"]["zero"]  # fmt: skip
+            val_auc = record["val_auc"]
+            record["logistic_minus_zero_val"] = val_auc["logistic"] - val_auc["zero"]
             out["fractions"][f"{fraction:g}"] = record
             print(f"{fraction:g}: {record}", flush=True)
     return out

@@ -122,18 +122,18 @@ class TextFormat:
         return 2 if self.header else 1
 
 
-NAN_SPELLINGS = ("nan", "NaN", "NAN")
+_NAN_SPELLINGS = ("nan", "NaN", "NAN")
 
 
 def with_nan_spellings(missing: Sequence[str]) -> tuple[str, ...]:
-    """``missing`` plus every spelling of :data:`NAN_SPELLINGS` if it lists NaN in any case.
+    """``missing`` plus every spelling of :data:`_NAN_SPELLINGS` if it lists NaN in any case.
 
     So listing ``"nan"`` as a missing cell reads ``NaN`` and ``NAN`` as missing too.
     """
     missing = tuple(missing)
     if not any(m.lower() == "nan" for m in missing):
         return missing
-    return (*missing, *(m for m in NAN_SPELLINGS if m not in missing))
+    return (*missing, *(m for m in _NAN_SPELLINGS if m not in missing))
 
 
 class TextBatches:

@@ -185,21 +185,22 @@ def wide_auto_start_reason(rows: int, ids: int) -> str | None:
             f"{WIDE_AUTO_ROWS_PER_ID} per id of the fields' {ids:,} ids")  # fmt: skip
 
 
-def _auto_zero_reason(batches: Iterable[Batch], cardinalities: Sequence[int]) -> str | None:
-    """:func:`wide_auto_start_reason` for a loader's labeled rows.
+def _auto_start(
+    batches: Iterable[Batch], cardinalities: Sequence[int]
+) -> tuple[str | None, Rows | None]:
+    """:func:`wide_auto_start_reason` for a loader's labeled rows, and the rows it read.
 
-    A loader that does not say how many rows it holds (``num_rows``) is counted up to
-    :data:`WIDE_AUTO_MAX_ROWS`, and more rows than that start from zero (the per-id rule
-    needs the count).
+    A loader that says how many rows it holds (``num_rows``) is not read here. Another is
+    read up to :data:`WIDE_AUTO_MAX_ROWS` + 1 rows: more than the limit start from zero (the
+    per-id rule needs the count), fewer are returned for the fit to use.
     """
-    ids = sum(cardinalities)
     labeled = getattr(batches, "num_rows", None)
-    if labeled is None:
-        counted = Rows.from_batches(batches, WIDE_AUTO_MAX_ROWS + 1, "the wide term's rows")
-        if len(counted) > WIDE_AUTO_MAX_ROWS:
-            return f"more than {WIDE_AUTO_MAX_ROWS:,} labeled rows"
-        labeled = len(counted)
-    return wide_auto_start_reason(int(labeled), ids)
+    if labeled is not None:
+        return wide_auto_start_reason(int(labeled), sum(cardinalities)), None
+    rows = Rows.from_batches(batches, WIDE_AUTO_MAX_ROWS + 1, "the wide term's training rows")
+    if len(rows) > WIDE_AUTO_MAX_ROWS:
+        return f"more than {WIDE_AUTO_MAX_ROWS:,} labeled rows", None
+    return wide_auto_start_reason(len(rows), sum(cardinalities)), rows
 
 
 def start_wide_term(
@@ -233,13 +234,15 @@ def start_wide_term(
     # The labeled rows alone where the data module can give them (a semi-supervised loader
     # would gather its unlabeled pool for nothing); otherwise its NaN-labeled rows are skipped.
     batches = getattr(data, "labeled_train_dataloader", data.train_dataloader)()
+    rows = None
     if mode == "auto":
-        reason = _auto_zero_reason(batches, module.schema.cardinalities)
+        reason, rows = _auto_start(batches, module.schema.cardinalities)
         if reason is not None:
             state.fill_(WideFitState.trained)
             rank_zero_info(f"wide term: trained from zero (wide_init auto: {reason})")
             return
-    rows = Rows.from_batches(batches, WIDE_FIT_ROWS, "the wide term's training rows")
+    if rows is None:
+        rows = Rows.from_batches(batches, WIDE_FIT_ROWS, "the wide term's training rows")
     report = prefit_wide(
         wide, module.head.output, module.schema.cardinalities, rows, data.val_dataloader()
     )

@@ -232,6 +232,33 @@ def test_wide_init_auto_fits_where_each_id_has_few_labeled_rows(monkeypatch, cap
     )
 
 
+class _CountedReads(_Rows):
+    """A training loader without ``num_rows`` that counts how often it is read."""
+
+    reads = 0
+
+    def train_dataloader(self) -> DataLoader:
+        loader = super().train_dataloader()
+        parent = self
+
+        class Counted(DataLoader):
+            def __iter__(self):  # noqa: ANN204
+                parent.reads += 1
+                return super().__iter__()
+
+        return Counted(loader.dataset, batch_size=None)
+
+
+def test_wide_init_auto_reads_a_loader_of_unknown_size_once():
+    module = _module(wide=True, wide_init="auto")
+    data = _CountedReads()
+    host = SimpleNamespace(trainer=SimpleNamespace(world_size=1, datamodule=data),
+                           head=module.head, schema=module.schema, provenance={})  # fmt: skip
+    wide_prefit.start_wide_term(host, module.wide, module.wide_fit_state, "auto")
+    assert int(module.wide_fit_state) == WideFitState.fitted
+    assert data.reads == 1 and host.provenance["wide_fit"]["rows"] == 600
+
+
 def test_wide_init_refuses_a_model_without_a_wide_term_and_unknown_values():
     with pytest.raises(ValueError, match="set wide=true"):
         _module(wide_init="logistic")

@@ -26,7 +26,6 @@ from ssl_rec.data.parsing import RowValidator, check_on_bad_row
 from ssl_rec.data.preprocess import Layout, PreprocessOptions, preprocess
 from ssl_rec.data.raw import RawPart
 from ssl_rec.data.reading import (
-    NAN_SPELLINGS,
     ParquetBatches,
     TextBatches,
     TextFormat,
@@ -164,7 +163,7 @@ class _MissingParquet(ParquetBatches):
         super().__init__(path, columns)
         missing = with_nan_spellings(missing)
         self.missing = pa.array(list(missing), pa.string())
-        self.nan_missing = NAN_SPELLINGS[0] in missing
+        self.nan_missing = "nan" in missing  # with_nan_spellings lists it if any spelling
 
     def _nulled(self, column: pa.Array) -> pa.Array:
         text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
