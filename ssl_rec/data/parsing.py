@@ -1,6 +1,8 @@
 """Validation and transforms of label and dense columns, with file + line in every error.
 
-Dense values become ``log(1 + max(x, 0))`` (missing -> 0); labels must be 0 or 1. A bad
+Dense values become ``log(1 + max(x, 0))`` (``"log1p"``, DLRM's Criteo convention),
+``sign(x) log(1 + |x|)`` (``"signed_log1p"``) or stay as read (``"none"``), missing -> 0;
+labels must be 0 or 1. A bad
 row either raises ``ValueError`` naming the file, line, column, value and what is allowed,
 or (``on_bad_row="skip"``) is marked so the caller can drop and count it.
 """
@@ -19,7 +21,15 @@ from ssl_rec.data.raw import RawBatch
 from ssl_rec.data.reading import prefetch
 
 ON_BAD_ROW = ("raise", "skip")
+DENSE_TRANSFORMS = ("log1p", "signed_log1p", "none")
 _NUMBER = r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|nan|inf|infinity)\s*$"
+
+
+def check_dense_transform(value: str) -> str:
+    """Return ``value`` if it names a dense transform, else raise ``ValueError``."""
+    if value not in DENSE_TRANSFORMS:
+        raise ValueError(f"dense_transform must be one of {DENSE_TRANSFORMS}, got {value!r}")
+    return value
 
 
 def check_on_bad_row(value: str) -> str:
@@ -83,7 +93,11 @@ def to_float(
 
 
 def parse_dense(
-    columns: list[pa.ChunkedArray], names: list[str], origin: Origin, skip: bool
+    columns: list[pa.ChunkedArray],
+    names: list[str],
+    origin: Origin,
+    skip: bool,
+    transform: str = "log1p",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate and transform dense columns.
 
@@ -92,9 +106,12 @@ def parse_dense(
         names: their names, for errors.
         origin: where row 0 came from.
         skip: mark bad rows instead of raising.
+        transform: ``"log1p"``: ``log1p(max(x, 0))``, negative values become 0;
+            ``"signed_log1p"``: ``sign(x) log1p(|x|)``, the same for ``x >= 0``; ``"none"``:
+            ``x``.
 
     Returns:
-        ``(dense float32[N, n_dense] = log1p(max(x, 0)) with missing -> 0, bad bool[N])``.
+        ``(dense float32[N, n_dense], bad bool[N])``, missing -> 0.
 
     """
     n = len(columns[0]) if columns else 0
@@ -111,26 +128,46 @@ def parse_dense(
                 + (hint if np.isnan(values[row]) else "")
             )
         bad |= col_bad | nonfinite
-        out[:, j] = np.log1p(np.maximum(np.where(nonfinite, 0.0, values), 0.0))
+        finite = np.where(nonfinite, 0.0, values)
+        if transform == "none":
+            out[:, j] = finite
+        elif transform == "signed_log1p":
+            out[:, j] = np.sign(finite) * np.log1p(np.abs(finite))
+        else:
+            out[:, j] = np.log1p(np.maximum(finite, 0.0))
     return out, bad
 
 
 def parse_label(
     column: pa.ChunkedArray, name: str, origin: Origin, skip: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a binary label column.
+    """Validate a binary label column: 0 / 1, or ``true`` / ``false`` in any case.
+
+    ``True`` / ``False`` is how pandas writes a boolean column to CSV.
 
     Returns:
         ``(label float32[N] in {0, 1}, bad bool[N])``; missing or other values are bad.
 
     """
-    values, is_null, bad = to_float(column, name, origin, skip)
+    column = _as_chunked(column)
+    values, is_null, bad = to_float(_booleans_as_digits(column), name, origin, skip=True)
     invalid = bad | is_null | ((values != 0.0) & (values != 1.0))
     if invalid.any() and not skip:
         row = int(np.argmax(invalid))
-        raw = None if is_null[row] else _as_chunked(column)[row].as_py()
-        raise ValueError(f"{origin.where(row)}: label {name!r} must be 0 or 1, got {raw!r}")
+        got = "a missing value" if is_null[row] and not bad[row] else repr(column[row].as_py())
+        raise ValueError(
+            f"{origin.where(row)}: label {name!r} must be 0 or 1 (or true / false), got {got}"
+        )
     return values.astype(np.float32), invalid
+
+
+def _booleans_as_digits(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A text column's ``true`` / ``false`` cells (any case, spaces around) as ``1`` / ``0``."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return column
+    word = pc.utf8_lower(pc.utf8_trim_whitespace(column))
+    digits = pc.if_else(pc.equal(word, "false"), "0", column)
+    return pc.if_else(pc.equal(word, "true"), "1", digits)
 
 
 def as_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -153,6 +190,7 @@ class RowValidator:
         label: label column name, or ``None`` for unlabeled data.
         skip: drop and count bad rows instead of raising ``ValueError``.
         unit: ``"line"`` (text) or ``"row"`` (Parquet), for error messages.
+        dense_transform: what dense values become (:func:`parse_dense`'s ``transform``).
 
     """
 
@@ -164,9 +202,11 @@ class RowValidator:
         label: str | None,
         skip: bool,
         unit: str = "line",
+        dense_transform: str = "log1p",
     ) -> None:
         self.source, self.dense, self.categorical = source, dense, categorical
         self.label, self.skip, self.unit = label, skip, unit
+        self.dense_transform = check_dense_transform(dense_transform)
 
     @property
     def path(self) -> str:
@@ -191,9 +231,8 @@ class RowValidator:
         reported = 0
         for batch, first, skipped in prefetch(self._parsed(), depth=1):
             origin = Origin(self.path, first, self.unit)
-            dense, bad = parse_dense(
-                [batch.column(n) for n in self.dense], self.dense, origin, self.skip
-            )
+            dense, bad = parse_dense([batch.column(n) for n in self.dense], self.dense, origin,
+                                     self.skip, self.dense_transform)  # fmt: skip
             label = None
             if self.label is not None:
                 label, bad_label = parse_label(batch.column(self.label), self.label, origin,

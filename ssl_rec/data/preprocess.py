@@ -32,7 +32,7 @@ from ssl_rec.data import spill as spill_module
 from ssl_rec.data.counting import ValueCounter
 from ssl_rec.data.lookup import VocabularyLookup, dictionary_counts
 from ssl_rec.data.oov_report import report_rare_in_training, report_unseen
-from ssl_rec.data.parsing import check_on_bad_row
+from ssl_rec.data.parsing import check_dense_transform, check_on_bad_row
 from ssl_rec.data.progress import PassProgress
 from ssl_rec.data.raw import RawBatch
 from ssl_rec.data.reading import ordered_map, prefetch
@@ -64,6 +64,12 @@ class PreprocessOptions:
         missing_values: cells that mean "missing" (categorical -> id 0, dense -> 0);
             by default only the empty cell, so ``NA`` or ``null`` are ordinary values.
         shard_rows: rows per Arrow shard of the output at most.
+        dense_transform: ``"log1p"``: a dense value ``x`` becomes ``log1p(max(x, 0))``
+            (DLRM's Criteo convention: negative values become 0); ``"signed_log1p"``:
+            ``sign(x) log1p(|x|)``, which keeps a negative value's sign and size (a balance,
+            a temperature, a score) and equals ``"log1p"`` where ``x >= 0``; ``"none"``:
+            ``x`` as read (columns already on a common scale). The backbone standardizes
+            the result either way (``docs/data.md``).
 
     """
 
@@ -75,6 +81,7 @@ class PreprocessOptions:
     split_seed: int = 0
     missing_values: tuple[str, ...] = ("",)
     shard_rows: int = SHARD_ROWS
+    dense_transform: str = "log1p"
 
     def __post_init__(self) -> None:
         if self.min_frequency < 1:
@@ -100,10 +107,18 @@ class PreprocessOptions:
         object.__setattr__(self, "missing_values", tuple(self.missing_values))
         if self.shard_rows < 1:
             raise ValueError(f"shard_rows must be >= 1, got {self.shard_rows}")
+        check_dense_transform(self.dense_transform)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (part of the cache key and schema metadata)."""
-        return {**asdict(self), "missing_values": list(self.missing_values)}
+        """JSON-able form (part of the cache key and schema metadata).
+
+        ``dense_transform`` only when it is not ``"log1p"``: entries built before the option
+        existed keep their keys.
+        """
+        out = {**asdict(self), "missing_values": list(self.missing_values)}
+        if self.dense_transform == "log1p":
+            del out["dense_transform"]
+        return out
 
 
 @dataclass(frozen=True)

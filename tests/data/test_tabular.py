@@ -1,4 +1,5 @@
 import gzip
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +74,23 @@ def test_tabular_bad_rows(tmp_path):
     (tmp_path / "e.csv").write_text("")
     with pytest.raises(ValueError, match="e.csv: file is empty"):
         read_tabular(tmp_path / "e.csv", "clicked", ["age"], [])
+
+
+def test_labels_written_by_pandas_as_true_false_are_read(tmp_path):
+    path = tmp_path / "b.csv"
+    path.write_text("clicked,age,city\nTrue,1,a\nfalse,2,b\n TRUE ,3,a\n0,4,b\n1.0,5,a\n")
+    assert read_tabular(path, "clicked", ["age"], ["city"]).label.tolist() == [1, 0, 1, 0, 1]
+    for cell, got in (("no", "'no'"), ("2", "'2'"), ("", "a missing value")):
+        (tmp_path / "x.csv").write_text(f"clicked,age,city\n1,1,a\n{cell},2,b\n")
+        message = f"x.csv, line 3: label 'clicked' must be 0 or 1 (or true / false), got {got}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            read_tabular(tmp_path / "x.csv", "clicked", ["age"], ["city"])
+    skipped = read_tabular(tmp_path / "x.csv", "clicked", ["age"], ["city"], on_bad_row="skip")
+    assert skipped.label.tolist() == [1] and skipped.skipped == 1
+    pa_table = pa.table({"clicked": [True, False], "age": [1.0, 2.0], "city": ["a", "b"]})
+    pq.write_table(pa_table, tmp_path / "b.parquet")
+    parquet = read_tabular(tmp_path / "b.parquet", "clicked", ["age"], ["city"])
+    assert parquet.label.tolist() == [1, 0]
 
 
 def _rows(n=60):

@@ -71,6 +71,7 @@ def criteo_batches(
     has_label: bool | None = None,
     on_bad_row: str = "raise",
     missing_values: tuple[str, ...] = ("",),
+    dense_transform: str = "log1p",
 ) -> RowValidator:
     """The validated batches of one Criteo file (plain or gzip), read block by block.
 
@@ -81,9 +82,11 @@ def criteo_batches(
         on_bad_row: ``"raise"`` a ``ValueError`` naming file and line, or ``"skip"`` bad
             rows (wrong column count, non-numeric or non-finite dense value, label not 0/1).
         missing_values: cells read as missing.
+        dense_transform: ``"log1p"`` (DLRM's: negative counts become 0), ``"signed_log1p"``
+            or ``"none"`` (:class:`~ssl_rec.data.preprocess.PreprocessOptions`).
 
     Returns:
-        An iterable of :class:`~ssl_rec.data.raw.RawBatch` (dense already ``log1p``-ed).
+        An iterable of :class:`~ssl_rec.data.raw.RawBatch` (dense already transformed).
 
     """
     skip = check_on_bad_row(on_bad_row) == "skip"
@@ -98,7 +101,8 @@ def criteo_batches(
         path, CRITEO_TSV, names, None, missing_values, skip, dictionary=CRITEO_CATEGORICAL
     )
     label = CRITEO_LABEL if detected else None
-    return RowValidator(source, list(CRITEO_DENSE), list(CRITEO_CATEGORICAL), label, skip)
+    return RowValidator(source, list(CRITEO_DENSE), list(CRITEO_CATEGORICAL), label, skip,
+                        "line", dense_transform)  # fmt: skip
 
 
 def read_criteo(
@@ -231,7 +235,8 @@ class CriteoDataModule(ArrowDataModule):
 
     def _open(self, part: Part) -> RowValidator:
         o = self.options
-        return criteo_batches(part.path, self.has_label, o.on_bad_row, o.missing_values)
+        return criteo_batches(part.path, self.has_label, o.on_bad_row, o.missing_values,
+                              o.dense_transform)  # fmt: skip
 
     def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
         """``columns`` of ``split``'s rows as text, read back from the files."""

@@ -188,18 +188,21 @@ def tabular_batches(
     on_bad_row: str = "raise",
     missing_values: tuple[str, ...] = ("",),
     delimiter: str | None = None,
+    dense_transform: str = "log1p",
 ) -> RowValidator:
     """The validated batches of one CSV/TSV/Parquet file, read block by block.
 
     Args:
         path: the file.
         label: binary label column (the file must have it), or ``None`` for unlabeled.
-        dense: numeric columns (missing -> 0 after ``log1p(max(x, 0))``).
+        dense: numeric columns (missing -> 0 after ``dense_transform``).
         categorical: columns whose values (strings or ints) become ids.
         on_bad_row: ``"raise"`` or ``"skip"`` and count.
         missing_values: cells read as missing; listing NaN (any case) also makes
             ``nan`` / ``NaN`` / ``NAN`` text and a Parquet file's floating-point NaN missing.
         delimiter: a text file's column separator (default: by suffix).
+        dense_transform: ``"log1p"``, ``"signed_log1p"`` or ``"none"``
+            (:class:`~ssl_rec.data.preprocess.PreprocessOptions`).
 
     """
     path = Path(path)
@@ -209,10 +212,10 @@ def tabular_batches(
     delimiter = file_delimiter(path, delimiter)
     if delimiter is None:
         source = _MissingParquet(path, columns, tuple(missing_values))
-        return RowValidator(source, dense, categorical, label, skip, unit="row")
+        return RowValidator(source, dense, categorical, label, skip, "row", dense_transform)
     fmt = TextFormat(delimiter, header=True)
     source = TextBatches(path, fmt, None, columns, tuple(missing_values), skip)
-    return RowValidator(source, dense, categorical, label, skip)
+    return RowValidator(source, dense, categorical, label, skip, "line", dense_transform)
 
 
 def read_tabular(
@@ -223,10 +226,11 @@ def read_tabular(
     on_bad_row: str = "raise",
     missing_values: tuple[str, ...] = ("",),
     delimiter: str | None = None,
+    dense_transform: str = "log1p",
 ) -> RawPart:
     """Read and validate one whole file into memory (see :func:`tabular_batches`)."""
     batches = list(tabular_batches(path, label, dense, categorical, on_bad_row, missing_values,
-                                   delimiter))  # fmt: skip
+                                   delimiter, dense_transform))  # fmt: skip
     part = RawPart.from_batches(batches, len(dense), str(path))
     if part.num_rows == 0:
         raise ValueError(f"{path}: no data rows")
@@ -381,7 +385,7 @@ class TabularDataModule(ArrowDataModule):
         o = self.options
         label = self.label if part.labeled else None
         return tabular_batches(part.path, label, self.dense, self.categorical, o.on_bad_row,
-                               o.missing_values, self.delimiter)  # fmt: skip
+                               o.missing_values, self.delimiter, o.dense_transform)  # fmt: skip
 
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
         """Preprocess the files into ``out_dir``."""

@@ -1,0 +1,83 @@
+"""What a dense value becomes: DLRM's clipped log, a signed log that keeps negative values,
+or the value as read; chosen per data block and carried by the checkpoint."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ssl_rec.cli import run
+from ssl_rec.data import PreprocessOptions, TabularDataModule, read_tabular
+from ssl_rec.data.parsing import Origin, parse_dense
+
+ROOT = Path(__file__).resolve().parents[2]
+QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+
+
+def test_each_transform_of_a_column_with_negative_and_missing_values() -> None:
+    column = pa.chunked_array([pa.array([-3.0, 0.0, 2.0, None])])
+    expected = {
+        "log1p": [0.0, 0.0, np.log(3.0), 0.0],
+        "signed_log1p": [-np.log(4.0), 0.0, np.log(3.0), 0.0],
+        "none": [-3.0, 0.0, 2.0, 0.0],
+    }
+    for transform, values in expected.items():
+        dense, bad = parse_dense([column], ["balance"], Origin("t.csv", 2), False, transform)
+        np.testing.assert_allclose(dense[:, 0], values, rtol=1e-6, err_msg=transform)
+        assert not bad.any()
+
+
+def test_the_option_is_checked_and_keeps_old_cache_keys() -> None:
+    with pytest.raises(ValueError, match=r"dense_transform must be one of .*'log'"):
+        PreprocessOptions(dense_transform="log")
+    assert "dense_transform" not in PreprocessOptions().to_dict()
+    assert PreprocessOptions(dense_transform="none").to_dict()["dense_transform"] == "none"
+
+
+def _table(path: Path, n: int = 400, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    balance = rng.normal(-50.0, 30.0, n).round(2)  # mostly negative
+    shop = rng.integers(0, 8, n)
+    click = (rng.random(n) < 1 / (1 + np.exp(balance / 30.0 + 1.0))).astype(int)
+    lines = [f"{c},{b},s{s}" for c, b, s in zip(click, balance, shop, strict=True)]
+    path.write_text("\n".join(["clicked,balance,shop", *lines]) + "\n")
+    return path
+
+
+def test_a_mostly_negative_column_survives_only_without_the_clip(tmp_path: Path) -> None:
+    path = _table(tmp_path / "t.csv")
+    clipped = read_tabular(path, "clicked", ["balance"], ["shop"]).dense[:, 0]
+    signed = read_tabular(path, "clicked", ["balance"], ["shop"],
+                          dense_transform="signed_log1p").dense[:, 0]  # fmt: skip
+    raw = np.loadtxt(path, delimiter=",", skiprows=1, usecols=1)
+    assert (clipped == 0).mean() > 0.9  # the column is nearly lost
+    np.testing.assert_allclose(signed, np.sign(raw) * np.log1p(np.abs(raw)), rtol=1e-5)
+    stats = {}
+    for transform in ("log1p", "signed_log1p"):
+        dm = TabularDataModule(str(path), "clicked", ["balance"], ["shop"],
+                               preprocess=PreprocessOptions(dense_transform=transform),
+                               cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        stats[transform] = dm.dense_statistics
+    assert stats["signed_log1p"].mean[0] < -3.0 < stats["log1p"].mean[0]
+
+
+def test_the_shipped_own_data_configs_keep_the_sign_and_the_checkpoint_carries_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for block in ("tabular", "tabular_unlabeled", "tabular_semi_supervised"):
+        text = (ROOT / f"configs/common/data/{block}.yaml").read_text()
+        assert "dense_transform: signed_log1p" in text, block
+    monkeypatch.chdir(tmp_path)
+    _table(tmp_path / "train.csv")
+    own = ["--data.label=clicked", "--data.dense=[balance]", "--data.categorical=[shop]"]
+    run(["fit", "--config", str(ROOT / "configs/ctr/tabular.yaml"), "--data.path=train.csv",
+         *own, "--trainer.max_epochs=1", "--trainer.default_root_dir=fit",
+         "--data.cache_dir=cache", *QUIET])  # fmt: skip
+    _table(tmp_path / "new.csv", 50, seed=1)
+    run(["predict", "--ckpt_path=fit/checkpoints/last.ckpt", "--data.path=new.csv",
+         "--data.cache_dir=cache2", "--trainer.default_root_dir=out",
+         "--predictions.out=pred.parquet", *QUIET])  # fmt: skip
+    schemas = [json.loads(p.read_text()) for p in Path("cache2").glob("*/schema.json")]
+    assert [s["metadata"]["options"]["dense_transform"] for s in schemas] == ["signed_log1p"]
