@@ -35,6 +35,7 @@ from ssl_rec.data.batch_rule import (
     check_batch_size,
 )
 from ssl_rec.data.dense_fit import fit_split_dense_statistics
+from ssl_rec.data.dense_transforms import AUTO_TRANSFORM, TRANSFORMS_KEY
 from ssl_rec.data.id_occurrences import count_id_pairs, count_ids
 from ssl_rec.data.loader import BatchLoader
 from ssl_rec.data.semi_supervised_loader import (
@@ -232,7 +233,25 @@ class ArrowDataModule(pl.LightningDataModule):
         """The data's :class:`FeatureSchema` (first access preprocesses or generates)."""
         if self._entry is None:
             self._entry = self._build()
+            self._record_dense_transforms(self._entry[1])
         return self._entry[1]
+
+    @property
+    def dense_transforms(self) -> dict[str, str] | None:
+        """Each dense column's transform (``None``: the entry did not record them)."""
+        return self.schema.metadata.get(TRANSFORMS_KEY)
+
+    def _record_dense_transforms(self, schema: FeatureSchema) -> None:
+        """Put ``dense_transform: auto``'s per-column choice into the hyper-parameters.
+
+        A checkpoint saves them, so its commands transform new rows (which may hold no
+        training rows to decide from) as the model's were.
+        """
+        options = self.hparams.get("preprocess")
+        resolved = schema.metadata.get(TRANSFORMS_KEY)
+        auto = isinstance(options, dict) and options.get("dense_transform") == AUTO_TRANSFORM
+        if auto and resolved:
+            options["dense_transform"] = dict(resolved)
 
     @property
     def data_dir(self) -> Path:

@@ -128,14 +128,17 @@ def parse_dense(
                 + (hint if np.isnan(values[row]) else "")
             )
         bad |= col_bad | nonfinite
-        finite = np.where(nonfinite, 0.0, values)
-        if transform == "none":
-            out[:, j] = finite
-        elif transform == "signed_log1p":
-            out[:, j] = np.sign(finite) * np.log1p(np.abs(finite))
-        else:
-            out[:, j] = np.log1p(np.maximum(finite, 0.0))
+        out[:, j] = transformed(np.where(nonfinite, 0.0, values), transform)
     return out, bad
+
+
+def transformed(values: np.ndarray, transform: str) -> np.ndarray:
+    """Finite ``values`` after ``transform`` (:data:`DENSE_TRANSFORMS`, see :func:`parse_dense`)."""
+    if transform == "none":
+        return values
+    if transform == "signed_log1p":
+        return np.sign(values) * np.log1p(np.abs(values))
+    return np.log1p(np.maximum(values, 0.0))
 
 
 def parse_label(

@@ -19,6 +19,7 @@ blocks of rows; the split of every row is a pure function of the plan
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from collections.abc import Callable, Iterator
@@ -30,9 +31,19 @@ import numpy as np
 
 from ssl_rec.data import spill as spill_module
 from ssl_rec.data.counting import ValueCounter
+from ssl_rec.data.dense_transforms import (
+    AUTO_TRANSFORM,
+    TRANSFORMS_KEY,
+    ColumnMinimum,
+    apply_column_transforms,
+    check_dense_transform_option,
+    column_transforms,
+    needs_minimum,
+    parse_time_transform,
+)
 from ssl_rec.data.lookup import VocabularyLookup, dictionary_counts
 from ssl_rec.data.oov_report import report_rare_in_training, report_unseen
-from ssl_rec.data.parsing import check_dense_transform, check_on_bad_row
+from ssl_rec.data.parsing import check_on_bad_row
 from ssl_rec.data.progress import PassProgress
 from ssl_rec.data.raw import RawBatch
 from ssl_rec.data.reading import ordered_map, prefetch
@@ -66,10 +77,12 @@ class PreprocessOptions:
         shard_rows: rows per Arrow shard of the output at most.
         dense_transform: ``"log1p"``: a dense value ``x`` becomes ``log1p(max(x, 0))``
             (DLRM's Criteo convention: negative values become 0); ``"signed_log1p"``:
-            ``sign(x) log1p(|x|)``, which keeps a negative value's sign and size (a balance,
-            a temperature, a score) and equals ``"log1p"`` where ``x >= 0``; ``"none"``:
-            ``x`` as read (columns already on a common scale). The backbone standardizes
-            the result either way (``docs/data.md``).
+            ``sign(x) log1p(|x|)``, which keeps a negative value's sign and equals
+            ``"log1p"`` where ``x >= 0``; ``"none"``: ``x`` as read; a mapping ``column ->``
+            one of those; or ``"auto"``: ``log1p`` for a column whose training values are
+            all >= 0, ``none`` for one with a negative value
+            (:mod:`ssl_rec.data.dense_transforms`). The backbone standardizes the result
+            either way (``docs/data.md``).
 
     """
 
@@ -81,7 +94,7 @@ class PreprocessOptions:
     split_seed: int = 0
     missing_values: tuple[str, ...] = ("",)
     shard_rows: int = SHARD_ROWS
-    dense_transform: str = "log1p"
+    dense_transform: str | dict[str, str] = "log1p"
 
     def __post_init__(self) -> None:
         if self.min_frequency < 1:
@@ -107,7 +120,9 @@ class PreprocessOptions:
         object.__setattr__(self, "missing_values", tuple(self.missing_values))
         if self.shard_rows < 1:
             raise ValueError(f"shard_rows must be >= 1, got {self.shard_rows}")
-        check_dense_transform(self.dense_transform)
+        object.__setattr__(
+            self, "dense_transform", check_dense_transform_option(self.dense_transform)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (part of the cache key and schema metadata).
@@ -119,6 +134,11 @@ class PreprocessOptions:
         if self.dense_transform == "log1p":
             del out["dense_transform"]
         return out
+
+    @property
+    def parse_transform(self) -> str:
+        """The transform a file's reader applies (``"none"`` where it is decided per column)."""
+        return parse_time_transform(self.dense_transform)
 
 
 @dataclass(frozen=True)
@@ -199,6 +219,8 @@ class _Run:
         self.skipped: dict[str, int] = {}
         self.spilled: dict[int, SpillWriter] = {}
         self.counted: set[int] = set()
+        self.minimum = ColumnMinimum(len(layout.dense))
+        self.transforms: list[str] | None = None  # per column, applied while encoding
 
     def count(self) -> list[Vocabulary]:
         """Pass 1: count the training rows' values (spilling parsed batches) and fit."""
@@ -217,6 +239,7 @@ class _Run:
                 rows = draw(raw.num_rows) == 0 if part.mode == "random" else None
                 for counter, column in zip(counters, raw.categorical, strict=True):
                     counter.add(column.dictionary, dictionary_counts(column, rows))
+                self.minimum.add(raw.dense if rows is None else raw.dense[rows])
                 train_rows += raw.num_rows if rows is None else int(rows.sum())
                 self.skipped[part.path] = self.skipped.get(part.path, 0) + raw.skipped
                 progress.update(raw.num_rows, done + stream.position())
@@ -231,6 +254,16 @@ class _Run:
             )
         # One field at a time, each releasing its counts: the transient of one fit at most.
         return [c.vocabulary(self.options.min_frequency) for c in counters]
+
+    def training_minimum(self) -> None:
+        """The training rows' minimum per dense column, without counting (given vocabularies)."""
+        indices = [i for i, p in enumerate(self.plan.parts) if p.mode in ("train", "random")]
+        draw = SplitDraw(self.plan)
+        for i in indices:
+            part = self.plan.parts[i]
+            for raw in prefetch(iter(self.open_part(part))):
+                rows = draw(raw.num_rows) == 0 if part.mode == "random" else None
+                self.minimum.add(raw.dense if rows is None else raw.dense[rows])
 
     def _spill_writer(self, index: int, part: Part) -> SpillWriter:
         folder = self.out / ".spill"
@@ -257,6 +290,10 @@ class _Run:
             batches = prefetch(stream)
             encode = lambda r: encode_batch(r, lookups, count_unseen)  # noqa: E731
             for raw, (ids, unseen) in ordered_map(encode, batches):
+                if self.transforms is not None:
+                    raw = dataclasses.replace(
+                        raw, dense=apply_column_transforms(raw.dense, self.transforms)
+                    )
                 routes.write(part, staged, raw, ids, unseen)
                 if i not in self.counted:
                     self.skipped[part.path] = self.skipped.get(part.path, 0) + raw.skipped
@@ -298,6 +335,26 @@ def _split_metadata(run: _Run, routes: SplitRoutes) -> dict[str, Any]:
     return out
 
 
+def _column_transforms(run: _Run, given: bool) -> dict[str, str]:
+    """Each dense column's transform; those not applied while parsing go to ``run``."""
+    option, columns = run.options.dense_transform, run.layout.dense
+    minimum = None
+    if needs_minimum(option):
+        if given:  # no counting pass read the training rows
+            run.training_minimum()
+        if columns and not np.isfinite(run.minimum.value).all():
+            raise ValueError(
+                "dense_transform 'auto' decides from the training rows and this data has none: "
+                "score with the checkpoint's own data settings (--ckpt_path without --config) "
+                "or name each column's transform (dense_transform: {column: log1p|none})"
+            )
+        minimum = run.minimum.value
+    transforms = column_transforms(option, columns, minimum)
+    if not isinstance(option, str) or option == AUTO_TRANSFORM:
+        run.transforms = [transforms[c] for c in columns]
+    return transforms
+
+
 def preprocess(
     plan: SplitPlan,
     open_part: OpenPart,
@@ -331,6 +388,8 @@ def preprocess(
         rare values per split.
 
     """
+    if isinstance(options.dense_transform, dict):  # a wrong column stops before any pass
+        column_transforms(options.dense_transform, layout.dense)
     run = _Run(plan, open_part, layout, options, out_dir)
     given = vocabularies is not None
     if given:
@@ -341,6 +400,7 @@ def preprocess(
         vocabularies = Vocabularies(dict(zip(layout.categorical, vocabs, strict=True)),
                                     options.min_frequency, options.max_vocab_size)  # fmt: skip
         min_frequency = options.min_frequency
+    transforms = _column_transforms(run, given)
     rare_known = {name: v.rare_hashes is not None or min_frequency <= 1
                   for name, v in zip(layout.categorical, vocabs, strict=True)}  # fmt: skip
     training_rare = {name: v.rare_count for name, v in zip(layout.categorical, vocabs,
@@ -371,6 +431,7 @@ def preprocess(
         "vocabulary": fingerprints,
         "vocabulary_given": given,
         "training_rare_values": training_rare,
+        TRANSFORMS_KEY: transforms,
     }
     if given:
         n_fields = len(layout.categorical)

@@ -16,7 +16,7 @@ class RawBatch:
     """A batch of validated rows; categorical values still raw strings.
 
     Args:
-        dense: ``float32[N, n_dense]`` already transformed (``log1p(max(x, 0))``, missing 0).
+        dense: ``float32[N, n_dense]`` as the reader transformed them (missing 0).
         categorical: ``F`` string arrays of length ``N`` (null = missing).
         label: ``float32[N]`` in {0, 1}, or ``None`` for an unlabeled file.
         skipped: bad rows dropped while reading this batch (``on_bad_row="skip"``).
@@ -55,7 +55,7 @@ class RawPart:
     """One file's rows after validation; categorical values dictionary-encoded.
 
     Args:
-        dense: ``float32[N, n_dense]`` already transformed (``log1p(max(x, 0))``, missing 0).
+        dense: ``float32[N, n_dense]`` as the reader transformed them (missing 0).
         categorical: ``F`` coded columns of length ``N``.
         label: ``float32[N]`` in {0, 1}, or ``None`` for an unlabeled file.
         skipped: rows dropped by ``on_bad_row="skip"``.

@@ -236,7 +236,7 @@ class CriteoDataModule(ArrowDataModule):
     def _open(self, part: Part) -> RowValidator:
         o = self.options
         return criteo_batches(part.path, self.has_label, o.on_bad_row, o.missing_values,
-                              o.dense_transform)  # fmt: skip
+                              o.parse_transform)  # fmt: skip
 
     def read_raw_columns(self, split: str, columns: list[str]) -> pa.Table:
         """``columns`` of ``split``'s rows as text, read back from the files."""

@@ -385,7 +385,7 @@ class TabularDataModule(ArrowDataModule):
         o = self.options
         label = self.label if part.labeled else None
         return tabular_batches(part.path, label, self.dense, self.categorical, o.on_bad_row,
-                               o.missing_values, self.delimiter, o.dense_transform)  # fmt: skip
+                               o.missing_values, self.delimiter, o.parse_transform)  # fmt: skip
 
     def build(self, out_dir: Path, final_dir: Path) -> FeatureSchema:
         """Preprocess the files into ``out_dir``."""
@@ -430,7 +430,10 @@ class TabularDataModule(ArrowDataModule):
             return None
         if self._unlabeled is None:
             self.check_unlabeled_file()
-            options = dataclasses.replace(self.options, val_fraction=0.0, test_fraction=0.0)
+            # The training rows' per-column transforms: the file's own rows do not decide.
+            transforms = self.dense_transforms or self.options.dense_transform
+            options = dataclasses.replace(self.options, val_fraction=0.0, test_fraction=0.0,
+                                          dense_transform=transforms)  # fmt: skip
             module = TabularDataModule(
                 self.unlabeled_path, None, self.dense, self.categorical, options,
                 use_labels=False, cache_dir=str(self.cache_dir), delimiter=self.delimiter,
