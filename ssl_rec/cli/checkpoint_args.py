@@ -91,6 +91,18 @@ def vocabulary_source(subcommand: str | None, config: Namespace) -> str | None:
 
 def checkpoint_vocabulary(path: str, loaded: tuple[str, dict] | None) -> Vocabularies | None:
     """The vocabulary of checkpoint ``path`` (reusing ``loaded = (path, checkpoint)``)."""
+    return vocabulary_of(_checkpoint(path, loaded), path)
+
+
+def recorded_dense_transforms(path: str, loaded: tuple[str, dict] | None) -> dict | None:
+    """The per-column dense transforms checkpoint ``path``'s data recorded (``None``: none)."""
+    hparams = _checkpoint(path, loaded).get("datamodule_hyper_parameters") or {}
+    preprocess = hparams.get("preprocess") if isinstance(hparams, Mapping) else None
+    transform = preprocess.get("dense_transform") if isinstance(preprocess, Mapping) else None
+    return dict(transform) if isinstance(transform, Mapping) else None
+
+
+def _checkpoint(path: str, loaded: tuple[str, dict] | None) -> dict:
     if loaded is not None and loaded[0] == path:
-        return vocabulary_of(loaded[1], path)
-    return vocabulary_of(read_checkpoint(path, mapped=True), path)
+        return loaded[1]
+    return read_checkpoint(path, mapped=True)

@@ -23,6 +23,7 @@ from ssl_rec.cli.checkpoint_args import (
     checkpoint_vocabulary,
     ckpt_path_checkpoint,
     option_value,
+    recorded_dense_transforms,
     vocabulary_source,
 )
 from ssl_rec.cli.datamodules import encoded_with
@@ -30,7 +31,7 @@ from ssl_rec.cli.environment import wandb_offline
 from ssl_rec.cli.errors import disk_full_names
 from ssl_rec.cli.fit_guard import FitGuard
 from ssl_rec.cli.named_checkpoints import CKPT_PATH_HELP, resolve_named_checkpoint
-from ssl_rec.cli.predict import data_reporting, predict_whole_files
+from ssl_rec.cli.predict import data_reporting, predict_whole_files, use_recorded_dense_transforms
 from ssl_rec.cli.progress_lines import plain_progress_callbacks
 from ssl_rec.cli.run_dir import checkpoint_dirs, is_checkpoint_callback
 from ssl_rec.cli.run_outputs import (
@@ -223,6 +224,10 @@ class SSLRecCLI(LightningCLI):
             predict_whole_files(config)
         source = vocabulary_source(self.subcommand, config)
         self._vocabulary = checkpoint_vocabulary(source, self._checkpoint) if source else None
+        if source and self.subcommand != "fit":  # scoring: rows transformed as the model's
+            use_recorded_dense_transforms(
+                config, recorded_dense_transforms(source, self._checkpoint)
+            )
 
     @staticmethod
     def _set_output_dirs(config: Any) -> None:

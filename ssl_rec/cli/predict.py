@@ -25,6 +25,18 @@ def data_reporting(subcommand: str | None) -> Any:
     return reporting_predictions() if subcommand == "predict" else contextlib.nullcontext()
 
 
+def use_recorded_dense_transforms(config: Namespace, recorded: dict[str, str] | None) -> None:
+    """Give data configured with ``dense_transform: auto`` the model's per-column choice.
+
+    A file scored by a trained model may have no training rows to decide from, and must be
+    transformed as the model's training rows were.
+    """
+    init = getattr(config.get("data"), "init_args", None)
+    preprocess = None if init is None else init.get("preprocess")
+    if recorded and preprocess is not None and preprocess.get("dense_transform") == "auto":
+        preprocess.dense_transform = dict(recorded)
+
+
 def predict_whole_files(config: Namespace) -> None:
     """Make every row of a single input file a row of the predicted (``test``) split.
 

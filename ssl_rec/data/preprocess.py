@@ -345,8 +345,8 @@ def _column_transforms(run: _Run, given: bool) -> dict[str, str]:
         if columns and not np.isfinite(run.minimum.value).all():
             raise ValueError(
                 "dense_transform 'auto' decides from the training rows and this data has none: "
-                "score with the checkpoint's own data settings (--ckpt_path without --config) "
-                "or name each column's transform (dense_transform: {column: log1p|none})"
+                "give a trained model (--ckpt_path: its choice is used) or name each column's "
+                "transform (dense_transform: {column: log1p|none})"
             )
         minimum = run.minimum.value
     transforms = column_transforms(option, columns, minimum)

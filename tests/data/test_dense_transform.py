@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ssl_rec.cli import run
@@ -141,3 +142,10 @@ def test_the_shipped_own_data_configs_choose_per_column_and_the_checkpoint_carri
          "--predictions.out=pred.parquet", *QUIET])  # fmt: skip
     schemas = [json.loads(p.read_text()) for p in Path("cache2").glob("*/schema.json")]
     assert [s["metadata"]["options"]["dense_transform"] for s in schemas] == [{"balance": "none"}]
+    # The shipped config again (auto) with the checkpoint: the model's choice, the same scores.
+    run(["predict", "--config", str(ROOT / "configs/ctr/tabular.yaml"), "--data.path=new.csv",
+         *own, "--ckpt_path=fit/checkpoints/last.ckpt", "--data.cache_dir=cache3",
+         "--trainer.default_root_dir=out3", "--predictions.out=pred3.parquet", *QUIET])  # fmt: skip
+    scores = [pq.read_table(p).column("probability").to_pylist()
+              for p in ("pred.parquet", "pred3.parquet")]  # fmt: skip
+    assert scores[0] == scores[1]
