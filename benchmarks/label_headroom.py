@@ -9,8 +9,8 @@ chosen on validation AUC), on the study's splits and labeled subsets (split seed
 - ``labeled``: the labeled rows' features alone (the study's peer);
 - ``id_statistics``: plus, for each field, every id's statistics over all training rows with
   the labels unused: log(1 + count), and the mean and standard deviation of each dense column
-  over the id's rows (what a self-supervised objective can learn about an id at most, as
-  first and second moments);
+  over the id's rows (the first and second moments of what the rows say about an id
+  without labels);
 - ``unlabeled_label_rate``: plus, for each field, every id's label rate in the *unlabeled*
   training rows, their labels revealed (shrunk to the overall rate by 10 pseudo-rows; the
   labeled rows' own labels are not in it): what knowing each id's outcome from those rows
