@@ -113,7 +113,12 @@ def _deepctr(
     return best_auc, test
 
 
-def _logistic(data: Arrays, c: float) -> Run:
+def logistic_regression(data: Arrays, c: float) -> Run:
+    """The logistic-regression peer: one-hot ids and standardized dense columns, ``C = c``.
+
+    Returns:
+        ``(validation AUC, thunk computing the test AUC)``.
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
@@ -197,7 +202,7 @@ def peer_runs(
     """
     data, fields, cards = arrays(dataset, fraction, seed, cache)
     if name == "sklearn_logistic":
-        return {f"C={c:g}": _logistic(data, c) for c in (0.1, 1.0)}
+        return {f"C={c:g}": logistic_regression(data, c) for c in (0.1, 1.0)}
     if name == "lightgbm":
         frames = _lightgbm_frames(data)  # once for the grid
         return {f"num_leaves={leaves}, lr={lr:g}": _lightgbm(data, frames, leaves, lr, seed)

@@ -38,10 +38,11 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks._harness import Figure, Recording, benchmark_parser, chosen_seeds, pyplot
-from benchmarks._peers import DATA_MODULES
+from benchmarks._peers import DATA_MODULES, logistic_regression
 from benchmarks._selection import mean_std, seed_diffs
 from ssl_rec.data.arrow_data_module import labeled_subset
-from ssl_rec.metrics import binary_auc
+from ssl_rec.data.loader import fixed_list_to_numpy
+from ssl_rec.data.storage import DENSE, LABEL, SPARSE
 
 VARIANTS = ("labeled", "id_statistics", "unlabeled_label_rate")
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
@@ -52,11 +53,9 @@ Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # dense float[n, d], ids int[n
 
 def split_rows(table: pa.Table) -> Rows:
     """``(dense, ids, label)`` of a preprocessed split, in the table's row order."""
-    dense = table.column("dense").combine_chunks().flatten().to_numpy()
-    ids = table.column("sparse").combine_chunks().flatten().to_numpy()
-    label = np.array(table.column("label").to_numpy(), dtype=np.float64)
-    n = table.num_rows
-    return dense.reshape(n, -1).astype(np.float64), ids.reshape(n, -1).astype(np.int64), label
+    dense, ids = (fixed_list_to_numpy(table.column(c)) for c in (DENSE, SPARSE))
+    label = np.array(table.column(LABEL).to_numpy(), dtype=np.float64)
+    return dense.astype(np.float64), ids.astype(np.int64), label
 
 
 def id_statistics(rows: Rows, cardinalities: list[int]) -> list[np.ndarray]:
@@ -102,35 +101,18 @@ def features(rows: Rows, per_id: list[np.ndarray] | None):  # noqa: ANN201 - a s
     return np.hstack([dense, *extra])
 
 
-def fit_variant(labeled: Rows, val: Rows, test: Rows, per_id: list[np.ndarray] | None,
-                cardinalities: list[int]) -> dict:  # fmt: skip
-    """Logistic regression on one-hot ids + standardized columns, ``C`` chosen on validation.
+def fit_variant(labeled: Rows, val: Rows, test: Rows, per_id: list[np.ndarray] | None) -> dict:
+    """The study's logistic-regression peer given the per-id columns too, ``C`` chosen on
+    validation.
 
     Returns:
         ``{"C", "val_auc", "test_auc"}``; test AUC only for the chosen ``C``.
     """
-    import scipy.sparse
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-    onehot = OneHotEncoder(categories=[np.arange(c) for c in cardinalities],
-                           handle_unknown="ignore").fit(labeled[1])  # fmt: skip
-    scale = StandardScaler().fit(features(labeled, per_id))
-
-    def design(rows: Rows):  # noqa: ANN202 - a scipy matrix
-        columns = scale.transform(features(rows, per_id))
-        return scipy.sparse.hstack([onehot.transform(rows[1]), columns]).tocsr()
-
-    x, x_val = design(labeled), design(val)
-    best: dict = {"val_auc": -1.0}
-    for c in C_GRID:
-        model = LogisticRegression(C=c, max_iter=3000).fit(x, labeled[2])
-        auc = binary_auc(model.predict_proba(x_val)[:, 1], val[2])
-        if auc > best["val_auc"]:
-            best = {"C": c, "val_auc": auc, "model": model}
-    model = best.pop("model")
-    best["test_auc"] = binary_auc(model.predict_proba(design(test))[:, 1], test[2])
-    return best
+    data = {split: (features(rows, per_id), rows[1], rows[2])
+            for split, rows in (("train", labeled), ("val", val), ("test", test))}  # fmt: skip
+    runs = {c: logistic_regression(data, c) for c in C_GRID}
+    chosen = max(runs, key=lambda c: runs[c][0])
+    return {"C": chosen, "val_auc": runs[chosen][0], "test_auc": runs[chosen][1]()}
 
 
 def seed_run(dataset: str, seed: int, fractions: list[float], cache: str) -> dict:
@@ -149,7 +131,7 @@ def seed_run(dataset: str, seed: int, fractions: list[float], cache: str) -> dic
             per_id["unlabeled_label_rate"] = label_rates(
                 tuple(a[rest] for a in train), cardinalities
             )
-        out[f"{fraction:g}"] = {name: fit_variant(labeled, val, test, table, cardinalities)
+        out[f"{fraction:g}"] = {name: fit_variant(labeled, val, test, table)
                                 for name, table in per_id.items()}  # fmt: skip
         print(
             f"{dataset} seed {seed} {fraction:g}: "

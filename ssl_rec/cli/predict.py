@@ -16,6 +16,7 @@ from typing import Any
 
 from jsonargparse import Namespace
 
+from ssl_rec.data.dense_transforms import AUTO_TRANSFORM
 from ssl_rec.data.oov_report import reporting_predictions
 from ssl_rec.data.preprocess import PreprocessOptions
 
@@ -33,7 +34,7 @@ def use_recorded_dense_transforms(config: Namespace, recorded: dict[str, str] | 
     """
     init = getattr(config.get("data"), "init_args", None)
     preprocess = None if init is None else init.get("preprocess")
-    if recorded and preprocess is not None and preprocess.get("dense_transform") == "auto":
+    if recorded and preprocess is not None and preprocess.get("dense_transform") == AUTO_TRANSFORM:
         preprocess.dense_transform = dict(recorded)
 
 

@@ -39,42 +39,30 @@ def check_dense_transform_option(value: Any) -> str | dict[str, str]:
     )
 
 
+def decided_per_column(option: str | Mapping[str, str]) -> bool:
+    """Whether ``option`` transforms columns while rows are encoded (``auto`` or a mapping)."""
+    return not isinstance(option, str) or option == AUTO_TRANSFORM
+
+
 def parse_time_transform(option: str | Mapping[str, str]) -> str:
     """The transform the file reader applies: the option's name, else ``"none"`` (raw values)."""
-    return option if isinstance(option, str) and option != AUTO_TRANSFORM else "none"
+    return "none" if decided_per_column(option) else option
 
 
-def needs_minimum(option: str | Mapping[str, str]) -> bool:
-    """Whether resolving ``option`` needs the training rows' minimum per column."""
-    return option == AUTO_TRANSFORM
+def auto_transforms(columns: Sequence[str], minimum: np.ndarray) -> dict[str, str]:
+    """``auto``'s choice per column: ``log1p`` where the training rows' ``minimum`` is >= 0."""
+    return {c: "log1p" if m >= 0.0 else "none" for c, m in zip(columns, minimum, strict=True)}
 
 
-def auto_transform(minimum: float) -> str:
-    """``log1p`` where a column's training values are all >= 0, else ``none``."""
-    return "log1p" if minimum >= 0.0 else "none"
-
-
-def column_transforms(
-    option: str | Mapping[str, str], columns: Sequence[str], minimum: np.ndarray | None = None
-) -> dict[str, str]:
-    """The transform of every dense column, in column order.
-
-    Args:
-        option: ``preprocess.dense_transform``.
-        columns: the dense column names.
-        minimum: ``float[len(columns)]``, the training rows' smallest raw value per column
-            (``inf`` where there was none); needed for ``"auto"``.
+def column_transforms(option: str | Mapping[str, str], columns: Sequence[str]) -> dict[str, str]:
+    """The transform of every dense column, in column order, for a name or a mapping.
 
     Raises:
         ValueError: a mapping that misses a column or names one the data does not have.
 
     """
-    if isinstance(option, str) and option != AUTO_TRANSFORM:
+    if isinstance(option, str):
         return dict.fromkeys(columns, option)
-    if option == AUTO_TRANSFORM:
-        if minimum is None:
-            raise ValueError("dense_transform 'auto' needs the training rows' minima")
-        return {c: auto_transform(float(m)) for c, m in zip(columns, minimum, strict=True)}
     missing = [c for c in columns if c not in option]
     unknown = [c for c in option if c not in columns]
     if missing or unknown:
@@ -87,10 +75,16 @@ def column_transforms(
 
 
 def apply_column_transforms(dense: np.ndarray, transforms: Sequence[str]) -> np.ndarray:
-    """``float32[N, n_dense]`` raw values (missing 0) with each column's transform applied."""
-    out = np.empty_like(dense, dtype=np.float32)
-    for j, name in enumerate(transforms):
-        out[:, j] = transformed(dense[:, j].astype(np.float64), name)
+    """``float32[N, n_dense]`` raw values (missing 0) with each column's transform applied.
+
+    Columns left as read are not copied; ``dense`` itself comes back when all are.
+    """
+    logged = [j for j, name in enumerate(transforms) if name != "none"]
+    if not logged:
+        return dense
+    out = dense.copy()
+    for j in logged:
+        out[:, j] = transformed(dense[:, j].astype(np.float64), transforms[j])
     return out
 
 

@@ -36,9 +36,10 @@ from ssl_rec.data.dense_transforms import (
     TRANSFORMS_KEY,
     ColumnMinimum,
     apply_column_transforms,
+    auto_transforms,
     check_dense_transform_option,
     column_transforms,
-    needs_minimum,
+    decided_per_column,
     parse_time_transform,
 )
 from ssl_rec.data.lookup import VocabularyLookup, dictionary_counts
@@ -222,9 +223,13 @@ class _Run:
         self.minimum = ColumnMinimum(len(layout.dense))
         self.transforms: list[str] | None = None  # per column, applied while encoding
 
+    def _training_parts(self) -> list[int]:
+        """Indices of the parts holding training rows (all of them, or drawn at random)."""
+        return [i for i, p in enumerate(self.plan.parts) if p.mode in ("train", "random")]
+
     def count(self) -> list[Vocabulary]:
         """Pass 1: count the training rows' values (spilling parsed batches) and fit."""
-        indices = [i for i, p in enumerate(self.plan.parts) if p.mode in ("train", "random")]
+        indices = self._training_parts()
         paths = [self.plan.parts[i].path for i in indices]
         counters = [ValueCounter(self.options.max_vocab_size) for _ in self.layout.categorical]
         spill = spill_module.spill_fits(paths, self.out)
@@ -257,9 +262,8 @@ class _Run:
 
     def training_minimum(self) -> None:
         """The training rows' minimum per dense column, without counting (given vocabularies)."""
-        indices = [i for i, p in enumerate(self.plan.parts) if p.mode in ("train", "random")]
         draw = SplitDraw(self.plan)
-        for i in indices:
+        for i in self._training_parts():
             part = self.plan.parts[i]
             for raw in prefetch(iter(self.open_part(part))):
                 rows = draw(raw.num_rows) == 0 if part.mode == "random" else None
@@ -335,24 +339,17 @@ def _split_metadata(run: _Run, routes: SplitRoutes) -> dict[str, Any]:
     return out
 
 
-def _column_transforms(run: _Run, given: bool) -> dict[str, str]:
-    """Each dense column's transform; those not applied while parsing go to ``run``."""
-    option, columns = run.options.dense_transform, run.layout.dense
-    minimum = None
-    if needs_minimum(option):
-        if given:  # no counting pass read the training rows
-            run.training_minimum()
-        if columns and not np.isfinite(run.minimum.value).all():
-            raise ValueError(
-                "dense_transform 'auto' decides from the training rows and this data has none: "
-                "give a trained model (--ckpt_path: its choice is used) or name each column's "
-                "transform (dense_transform: {column: log1p|none})"
-            )
-        minimum = run.minimum.value
-    transforms = column_transforms(option, columns, minimum)
-    if not isinstance(option, str) or option == AUTO_TRANSFORM:
-        run.transforms = [transforms[c] for c in columns]
-    return transforms
+def _auto_transforms(run: _Run, given: bool) -> dict[str, str]:
+    """``auto``'s per-column choice from the training rows' minima."""
+    if given:  # no counting pass read the training rows
+        run.training_minimum()
+    if run.layout.dense and not np.isfinite(run.minimum.value).all():
+        raise ValueError(
+            "dense_transform 'auto' decides from the training rows and this data has none: "
+            "give a trained model (--ckpt_path: its choice is used) or name each column's "
+            "transform (dense_transform: {column: log1p|none})"
+        )
+    return auto_transforms(run.layout.dense, run.minimum.value)
 
 
 def preprocess(
@@ -388,8 +385,9 @@ def preprocess(
         rare values per split.
 
     """
-    if isinstance(options.dense_transform, dict):  # a wrong column stops before any pass
-        column_transforms(options.dense_transform, layout.dense)
+    option = options.dense_transform
+    # A mapping naming a wrong column stops before any pass; auto decides after counting.
+    transforms = None if option == AUTO_TRANSFORM else column_transforms(option, layout.dense)
     run = _Run(plan, open_part, layout, options, out_dir)
     given = vocabularies is not None
     if given:
@@ -400,7 +398,10 @@ def preprocess(
         vocabularies = Vocabularies(dict(zip(layout.categorical, vocabs, strict=True)),
                                     options.min_frequency, options.max_vocab_size)  # fmt: skip
         min_frequency = options.min_frequency
-    transforms = _column_transforms(run, given)
+    if transforms is None:
+        transforms = _auto_transforms(run, given)
+    if decided_per_column(option):
+        run.transforms = [transforms[c] for c in layout.dense]
     rare_known = {name: v.rare_hashes is not None or min_frequency <= 1
                   for name, v in zip(layout.categorical, vocabs, strict=True)}  # fmt: skip
     training_rare = {name: v.rare_count for name, v in zip(layout.categorical, vocabs,
